@@ -1,0 +1,29 @@
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+# Both create .venv on first use: CPU torch 2.13.0, sglang 0.5.10.post1 without its CUDA-only
+# dependencies, and this bundle (editable). Nothing downloads a CUDA torch (requirements/constraints-cpu.txt).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+STAMP := $(VENV)/.bundle-installed
+
+.PHONY: setup demo test selftest
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/engine-cpu.txt requirements/engine-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -c requirements/constraints-cpu.txt torch==2.13.0
+	$(PIP) install --no-deps -r requirements/engine-nodeps.txt
+	$(PIP) install -c requirements/constraints-cpu.txt -r requirements/engine-cpu.txt -r requirements/tools.txt
+	$(PIP) install --no-deps -e .
+	touch $@
+
+demo: setup
+	$(PY) scripts/diffusion_skill_env.py inspect --json
+
+test: setup
+	$(PY) -m pytest -q
+
+selftest: setup
+	for s in scripts/*.py; do $(PY) $$s --self-test || exit 1; done

@@ -1,0 +1,112 @@
+"""Shared CLI plumbing: argparse that raises instead of exiting, --json/--self-test, one document out."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+import traceback
+from typing import Any, Callable, Sequence
+
+from .. import contract, selftest
+
+DEBUG_ENV = "SGLANG_DIFFUSION_SKILL_DEBUG"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that turns usage errors into UsageError, so they become error.v1 JSON instead of exit 2 text."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise contract.UsageError("usage.invalid_arguments", f"{self.prog}: {message}",
+                                  f"run '{self.prog} --help' for the accepted arguments")
+
+
+@dataclasses.dataclass
+class Result:
+    """What a command produced: the document, an optional human rendering, and the exit code."""
+
+    document: dict[str, Any]
+    text: str | None = None
+    exit_code: int | None = None  # default: 0 when document["ok"], else 1
+
+
+def json_flag_parent() -> argparse.ArgumentParser:
+    """A parent parser so ``--json`` is accepted before or after a subcommand."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print exactly one JSON document on stdout (human text goes to stderr)")
+    return parent
+
+
+def new_parser(prog: str, description: str, epilog: str = "") -> Parser:
+    parser = Parser(prog=prog, description=description, epilog=epilog, parents=[json_flag_parent()],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--self-test", action="store_true",
+                        help="check this tool's own machinery here (schemas, bundled data, a fixture) and exit")
+    return parser
+
+
+EXIT_CODES_EPILOG = """exit codes: 0 ok; 1 a run failed or a row is invalid (the document is still printed);
+2 bad usage or bad input; 3 precondition unmet, nothing run; 70 internal error; 130 interrupted."""
+
+
+def _print_human(text: str | None, stream) -> None:
+    if text:
+        stream.write(contract.redact(text).rstrip("\n") + "\n")
+        stream.flush()
+
+
+def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Result],
+        self_tests: Callable[[], list[selftest.Check]], argv: Sequence[str] | None = None) -> int:
+    """Parse, dispatch, validate the document, print it; every failure becomes an error.v1 document."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    if _is_main_thread():
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        args = parser.parse_args(argv)
+        as_json = bool(getattr(args, "json", False))
+        if args.self_test:
+            doc = selftest.run_checks(tool, self_tests())
+            result = Result(doc, selftest.render_text(doc))
+        else:
+            result = handler(args)
+        contract.check_document(result.document)
+        exit_code = result.exit_code if result.exit_code is not None else (0 if result.document.get("ok") else 1)
+    except contract.ToolError as exc:
+        result, exit_code = Result(contract.error_document(exc, tool)), int(exc.exit_code)
+        result.text = f"error [{exc.code}]: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else "")
+    except KeyboardInterrupt:
+        exc = contract.ToolError("run.interrupted", "interrupted before the command finished",
+                                 "re-run the command; partial results, if any, were written where the log says",
+                                 exit_code=contract.ExitCode.INTERRUPTED)
+        result, exit_code = Result(contract.error_document(exc, tool)), int(exc.exit_code)
+        result.text = f"error [{exc.code}]: {exc.message}"
+    except Exception as exc:  # last resort: our own bug still yields a valid error document
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        err = contract.ToolError("internal.unexpected", f"{type(exc).__name__}: {exc}",
+                                 f"this is a bug; re-run with {DEBUG_ENV}=1 for a traceback and report it",
+                                 exit_code=contract.ExitCode.INTERNAL)
+        result, exit_code = Result(contract.error_document(err, tool)), int(err.exit_code)
+        result.text = f"error [{err.code}]: {err.message}\nhint: {err.hint}"
+    if as_json:
+        sys.stdout.write(contract.dumps(result.document) + "\n")
+        sys.stdout.flush()
+        _print_human(result.text if exit_code else None, sys.stderr)
+    else:
+        _print_human(result.text if result.text is not None else contract.dumps(result.document),
+                     sys.stdout if exit_code == 0 else sys.stderr)
+    return exit_code
+
+
+def _is_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_keyboard_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: clean up, write partial results
+    raise KeyboardInterrupt

@@ -1,0 +1,136 @@
+"""diffusion_skill_env: preflight — repo root, output dirs, idle GPUs and leases, and `inspect`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import contract, env, gpu, selftest
+from . import _runner
+
+TOOL = "diffusion_skill_env"
+EPILOG = """examples:
+  python3 scripts/diffusion_skill_env.py inspect --json
+  export CUDA_VISIBLE_DEVICES=$(python3 scripts/diffusion_skill_env.py print-idle-gpus --count 2)
+  python3 scripts/diffusion_skill_env.py lease --count 1 --json -- sglang generate --model-path ...
+
+""" + _runner.EXIT_CODES_EPILOG
+
+
+def build_parser() -> _runner.Parser:
+    parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
+    sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
+    parent = _runner.json_flag_parent()
+    sub.add_parser("inspect", parents=[parent], help="one env.v1 document: versions, GPUs, dirs, problems")
+    sub.add_parser("print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
+    p = sub.add_parser("print-assets-dir", parents=[parent], help="<work root>/inputs/diffusion_benchmark/figs")
+    p.add_argument("--mkdir", action="store_true")
+    p = sub.add_parser("print-output-dir", parents=[parent], help="benchmarks or profiles output directory")
+    p.add_argument("--kind", required=True, choices=sorted(env.OUTPUT_SUBDIRS))
+    p.add_argument("--mkdir", action="store_true")
+    for name, helptext in (("print-idle-gpus", "comma-separated idle GPU indices, sampled several times"),
+                           ("lease", "hold idle GPUs exclusively while COMMAND runs")):
+        p = sub.add_parser(name, parents=[parent], help=helptext)
+        p.add_argument("--count", type=int, default=1)
+        p.add_argument("--samples", type=int, default=3, help="idle in every one of this many NVML readings")
+        p.add_argument("--max-memory-mib", type=int, default=gpu.IDLE_MAX_MEMORY_MIB)
+        p.add_argument("--max-util-pct", type=int, default=gpu.IDLE_MAX_UTILIZATION_PCT)
+        p.add_argument("--lock-dir", default=str(gpu.DEFAULT_LOCK_DIR))
+        if name == "lease":
+            p.add_argument("--label", default="manual")
+            p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    sub.add_parser("check-write-access", parents=[parent], help="write a probe file under the work root")
+    return parser
+
+
+def _path_result(schema_value: str, path) -> _runner.Result:
+    return _runner.Result(contract.envelope("env-path.v1", TOOL, kind=schema_value, path=str(path)), str(path))
+
+
+def handle(args: argparse.Namespace) -> _runner.Result:
+    command = args.command
+    if command is None:
+        raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
+    if command == "inspect":
+        doc = env.inspect()
+        return _runner.Result(doc, render_inspect(doc))
+    if command == "print-root":
+        root, _ = env.repo_root()
+        return _path_result("root", root if root is not None else env.work_root()[0])
+    if command == "print-assets-dir":
+        return _path_result("assets", env.assets_dir(args.mkdir))
+    if command == "print-output-dir":
+        return _path_result(args.kind, env.output_dir(args.kind, args.mkdir))
+    if command == "check-write-access":
+        return _path_result("write-probe", env.check_write_access())
+    options = dict(samples=args.samples, max_memory_mib=args.max_memory_mib, max_util_pct=args.max_util_pct,
+                   lock_dir=Path(args.lock_dir))
+    if command == "print-idle-gpus":
+        gpus = gpu.pick_idle_gpus(args.count, **options)
+        indices = ",".join(str(g.index) for g in gpus)
+        doc = contract.envelope("idle-gpus.v1", TOOL, indices=[g.index for g in gpus],
+                                uuids=[g.uuid for g in gpus], cuda_visible_devices=indices)
+        return _runner.Result(doc, indices)
+    return _lease(args, options)
+
+
+def _lease(args: argparse.Namespace, options: dict) -> _runner.Result:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise contract.UsageError("usage.no_command", "lease needs a command after --",
+                                  f"{TOOL} lease --count 1 -- sglang generate ...")
+    with gpu.leased_gpus(args.count, label=args.label, **options) as (gpus, lease):
+        child_env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(g.uuid for g in gpus),
+                         CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        print(f"[lease] GPUs {[g.index for g in gpus]} held for: {' '.join(cmd)}", file=sys.stderr)
+        try:
+            # The child's stdout is ours only without --json: one JSON document must stay alone on stdout.
+            rc = subprocess.call(cmd, env=child_env, stdout=sys.stderr if getattr(args, "json", False) else None)
+        except FileNotFoundError as exc:
+            raise contract.UsageError("usage.command_not_found", f"command not found: {cmd[0]}",
+                                      "check the command after --") from exc
+    doc = contract.envelope("lease.v1", TOOL, ok=rc == 0, indices=[g.index for g in gpus],
+                            uuids=[g.uuid for g in gpus], command=cmd, returncode=rc, reclaimed=lease.reclaimed)
+    return _runner.Result(doc, f"command exited {rc}", exit_code=0 if rc == 0 else 1)
+
+
+def render_inspect(doc: dict) -> str:
+    lines = [f"sglang {doc['versions']['sglang'] or 'not installed'}, torch {doc['versions']['torch']} "
+             f"(CUDA build {doc['versions']['torch_cuda_build']}), python {doc['versions']['python']}",
+             f"repo root: {doc['sglang']['repo_root']} ({doc['sglang']['repo_root_reason']})",
+             f"work root: {doc['directories']['work_root']} (writable: {doc['directories']['writable']})",
+             f"GPUs: {len(doc['gpus'])}" + (f" ({doc['gpus_reason']})" if doc["gpus_reason"] else ""),
+             f"HF token present: {doc['huggingface']['token_present']}"]
+    for g in doc["gpus"]:
+        lines.append(f"  [{g['index']}] {g['name']} used {g['memory_used_bytes']} B, util {g['utilization_pct']}%, "
+                     f"{len(g['processes'])} process(es)")
+    for p in doc["problems"]:
+        lines.append(f"problem [{p['severity']}] {p['code']}: {p['message']} -> {p['hint']}")
+    return "\n".join(lines)
+
+
+def self_tests() -> list[selftest.Check]:
+    def inspect_validates() -> str:
+        doc = env.inspect(with_gpus=False)
+        contract.check_document(doc)
+        return f"inspect (GPU scan skipped) validates; {len(doc['problems'])} problem(s)"
+
+    def fake_nvml_inventory() -> str:
+        from ..fake_nvml import FakeDevice, FakeNvml
+
+        fake = FakeNvml([FakeDevice(uuid="GPU-a", used_mib=0, util=0),
+                         FakeDevice(uuid="GPU-b", used_mib=4096, util=90, pids=[(123, 4 << 30)])])
+        idle = [g.index for g in gpu.read_inventory(fake).gpus if gpu.is_idle(g)]
+        if idle != [0]:
+            raise AssertionError(f"expected only GPU 0 idle, got {idle}")
+        return "NVML parsing picks the idle GPU of a two-GPU fake"
+
+    return [*selftest.schema_checks(["env.v1", "env-path.v1", "idle-gpus.v1", "lease.v1"]),
+            selftest.Check("inspect", inspect_validates), selftest.Check("nvml-fake", fake_nvml_inventory)]
+
+
+def main(argv=None) -> int:
+    return _runner.run(TOOL, build_parser(), handle, self_tests, argv)

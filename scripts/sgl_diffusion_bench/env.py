@@ -1,0 +1,255 @@
+"""Environment discovery: where sglang and our outputs live, versions, GPUs, Hugging Face, and problems to act on.
+
+Nothing here imports sglang: finding its files and reading package metadata is enough, and importing it costs
+seconds and can fail in ways that are themselves findings.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import contract, gpu, paths
+
+WORKDIR_ENV = "SGLANG_DIFFUSION_SKILL_WORKDIR"
+ASSETS_SUBDIR = Path("inputs/diffusion_benchmark/figs")
+OUTPUT_SUBDIRS = {"benchmarks": Path("outputs/diffusion_benchmarks"), "profiles": Path("outputs/diffusion_profiles")}
+BENCH_ENV_VARS = ("FLASHINFER_DISABLE_VERSION_CHECK", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING", "NCCL_NVLS_ENABLE")
+HF_TOKEN_VARS = ("HF_TOKEN", "HUGGINGFACE_HUB_TOKEN")
+GATED_HINT = "export HF_TOKEN=<token with access>; without it gated models fail with a misleading 'not supported' error"
+
+
+def find_sglang_checkout(start: Path = paths.CHECKOUT_ROOT) -> Path | None:
+    """The sglang repo that contains this bundle (e.g. under python/sglang/multimodal_gen/.claude/skills/)."""
+    for candidate in [start, *start.parents]:
+        if (candidate / "python" / "sglang" / "__init__.py").is_file():
+            return candidate
+    return None
+
+
+def sglang_location() -> dict[str, Any]:
+    """Where the importable sglang is, and whether it is a source checkout or an installed package."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.origin:
+        return {"installed": False, "package_dir": None, "version": None, "checkout_root": None,
+                "reason": "sglang is not importable in this Python (" + sys.executable + ")"}
+    package_dir = Path(spec.origin).resolve().parent
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    checkout = package_dir.parents[1] if package_dir.parent.name == "python" and \
+        (package_dir.parents[1] / ".git").exists() else None
+    return {"installed": True, "package_dir": str(package_dir), "version": version,
+            "checkout_root": str(checkout) if checkout else None, "reason": None}
+
+
+def repo_root() -> tuple[Path | None, str]:
+    """The sglang repo root: the checkout owning the skill first, then the checkout sglang is imported from."""
+    own = find_sglang_checkout()
+    if own:
+        return own, "bundle is inside this sglang checkout"
+    location = sglang_location()
+    if location["checkout_root"]:
+        return Path(location["checkout_root"]), "sglang is imported from this checkout"
+    if location["installed"]:
+        return None, "sglang is an installed package (no source checkout)"
+    return None, location["reason"]
+
+
+def work_root() -> tuple[Path, str]:
+    """Where assets and outputs go: $SGLANG_DIFFUSION_SKILL_WORKDIR, else the sglang checkout, else the bundle."""
+    if os.environ.get(WORKDIR_ENV):
+        return Path(os.environ[WORKDIR_ENV]).expanduser().resolve(), f"${WORKDIR_ENV}"
+    root, _ = repo_root()
+    if root is not None:
+        return root, "sglang checkout"
+    if paths.is_checkout():
+        return paths.CHECKOUT_ROOT, "bundle checkout (sglang has no source checkout here)"
+    return Path.cwd(), "current directory"
+
+
+def assets_dir(mkdir: bool = False) -> Path:
+    return _maybe_mkdir(work_root()[0] / ASSETS_SUBDIR, mkdir)
+
+
+def output_dir(kind: str, mkdir: bool = False) -> Path:
+    if kind not in OUTPUT_SUBDIRS:
+        raise contract.UsageError("usage.bad_kind", f"unknown output kind {kind!r}",
+                                  "use --kind benchmarks or --kind profiles")
+    return _maybe_mkdir(work_root()[0] / OUTPUT_SUBDIRS[kind], mkdir)
+
+
+def _maybe_mkdir(path: Path, mkdir: bool) -> Path:
+    if mkdir:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise contract.PreconditionError("fs.not_writable", f"cannot create {path}: {exc.strerror}",
+                                             f"set {WORKDIR_ENV} to a writable directory") from exc
+    return path
+
+
+def check_write_access() -> Path:
+    """Write a probe file under the work root; raise a clear error when that is not possible."""
+    probe = work_root()[0] / ".cache" / "diffusion_skill_write_test" / "probe.txt"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok\n")
+    except OSError as exc:
+        raise contract.PreconditionError("fs.not_writable", f"cannot write {probe}: {exc.strerror}",
+                                         f"make the directory writable or set {WORKDIR_ENV}") from exc
+    return probe
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit(root: Path | None) -> str | None:
+    if root is None or not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def torch_info() -> dict[str, Any]:
+    """torch's version, CUDA build and NCCL version; importing torch is needed for the last two."""
+    info: dict[str, Any] = {"version": _dist_version("torch"), "cuda_build": None, "cuda_available": False,
+                            "nccl": None}
+    if info["version"] is None:
+        return info
+    try:
+        import torch
+    except Exception as exc:  # a broken torch install is itself a finding, reported in problems
+        info["import_error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["cuda_build"] = torch.version.cuda
+    info["cuda_available"] = bool(torch.cuda.is_available())
+    if info["cuda_available"]:
+        try:
+            nccl = torch.cuda.nccl.version()
+            info["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        except Exception:
+            info["nccl"] = None
+    return info
+
+
+def _free_bytes(path: Path) -> int | None:
+    for candidate in [path, *path.parents]:
+        if candidate.exists():
+            return shutil.disk_usage(candidate).free
+    return None
+
+
+def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Token presence (never the value) and cache locations with free disk."""
+    env = os.environ if environ is None else environ
+    hf_home = Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface")
+    hub = Path(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or hf_home / "hub")
+    return {
+        "token_present": any(env.get(v) for v in HF_TOKEN_VARS),
+        "token_vars_set": [v for v in HF_TOKEN_VARS if env.get(v)],
+        "offline": env.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False"),
+        "hf_home": str(hf_home),
+        "hub_cache": str(hub),
+        "hub_cache_free_bytes": _free_bytes(hub),
+    }
+
+
+def inspect(*, with_gpus: bool = True, nvml=None) -> dict[str, Any]:
+    """The whole environment as one env.v1 document."""
+    root, root_reason = repo_root()
+    work, work_reason = work_root()
+    location = sglang_location()
+    torch = torch_info()
+    inventory = gpu.read_inventory(nvml) if with_gpus else gpu.Inventory((), None, "GPU scan skipped")
+    writable = _writable(work)
+    leased = {g.uuid: gpu.lease_holder(g.uuid) for g in inventory.gpus}
+    doc = contract.envelope(
+        "env.v1", "diffusion_skill_env",
+        sglang={**location, "repo_root": str(root) if root else None, "repo_root_reason": root_reason,
+                "git_commit": _git_commit(root)},
+        directories={"work_root": str(work), "work_root_reason": work_reason, "writable": writable,
+                     "assets": str(work / ASSETS_SUBDIR),
+                     "benchmarks": str(work / OUTPUT_SUBDIRS["benchmarks"]),
+                     "profiles": str(work / OUTPUT_SUBDIRS["profiles"])},
+        versions={"python": sys.version.split()[0], "python_executable": sys.executable,
+                  "torch": torch["version"], "torch_cuda_build": torch["cuda_build"],
+                  "cuda_available": torch["cuda_available"], "sglang": location["version"],
+                  "diffusers": _dist_version("diffusers"), "transformers": _dist_version("transformers"),
+                  "triton": _dist_version("triton"), "nccl": torch["nccl"], "driver": inventory.driver_version},
+        gpus=[dict(g.to_json(), leased_by=leased[g.uuid]) for g in inventory.gpus],
+        gpus_reason=inventory.reason,
+        env={name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},
+        huggingface=hf_info(),
+    )
+    doc["problems"] = find_problems(doc, torch)
+    return doc
+
+
+def _writable(path: Path) -> bool:
+    for candidate in [path, *path.parents]:
+        if candidate.exists():
+            return os.access(candidate, os.W_OK)
+    return False
+
+
+def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, str]]:
+    """Findings an agent must act on before a GPU benchmark; each names its next step."""
+    problems: list[dict[str, str]] = []
+
+    def add(code: str, severity: str, message: str, hint: str) -> None:
+        problems.append({"code": code, "severity": severity, "message": message, "hint": hint})
+
+    if not doc["sglang"]["installed"]:
+        add("sglang.missing", "error", doc["sglang"]["reason"], "make setup (CPU) or install sglang for your GPU stack")
+    if torch.get("import_error"):
+        add("torch.broken", "error", torch["import_error"], "reinstall torch matching your CUDA driver")
+    elif torch["version"] is None:
+        add("torch.missing", "error", "torch is not installed", "install torch (CPU: pip install torch==2.13.0)")
+    if not doc["directories"]["writable"]:
+        add("fs.not_writable", "error", f"{doc['directories']['work_root']} is not writable",
+            f"set {WORKDIR_ENV} to a writable directory")
+    gpus = doc["gpus"]
+    if not gpus:
+        add("gpu.none", "warning", doc["gpus_reason"] or "no GPUs",
+            "GPU presets cannot run here; the tiny-flux-cpu preset runs the real engine on CPU")
+    else:
+        idle = [g for g in gpus if gpu.is_idle(_as_gpu(g)) and not g["leased_by"]]
+        if not idle:
+            add("gpu.no_idle", "error", "no idle GPU (each has a process, memory in use, load, or a lease)",
+                "wait, or choose GPUs explicitly with CUDA_VISIBLE_DEVICES and accept contention")
+        if any(g["mig_mode"] == "enabled" for g in gpus):
+            add("gpu.mig_enabled", "warning", "MIG is enabled on some GPUs; memory and processes are per instance",
+                "benchmark on GPUs with MIG disabled for comparable numbers")
+        if doc["env"]["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" and len(gpus) > 1:
+            add("gpu.device_order", "warning", "CUDA_DEVICE_ORDER is not PCI_BUS_ID, so CUDA indices may differ "
+                "from NVML indices", "export CUDA_DEVICE_ORDER=PCI_BUS_ID (the benchmark sets it for its runs)")
+        if not doc["versions"]["cuda_available"]:
+            add("torch.no_cuda", "error", "GPUs are present but torch cannot use CUDA",
+                "install a CUDA build of torch that matches the driver")
+    if not doc["huggingface"]["token_present"] and not doc["huggingface"]["offline"]:
+        add("hf.no_token", "warning", "no HF_TOKEN/HUGGINGFACE_HUB_TOKEN: gated presets (FLUX.*, SD3.5) will fail",
+            GATED_HINT)
+    return problems
+
+
+def _as_gpu(doc: dict[str, Any]) -> gpu.Gpu:
+    return gpu.Gpu(index=doc["index"], uuid=doc["uuid"], name=doc["name"],
+                   memory_used_bytes=doc["memory_used_bytes"], memory_total_bytes=doc["memory_total_bytes"],
+                   utilization_pct=doc["utilization_pct"], mig_mode=doc["mig_mode"],
+                   processes=tuple(gpu.GpuProcess(**p) for p in doc["processes"]))

@@ -1,0 +1,286 @@
+"""NVIDIA GPUs through NVML (never nvidia-smi text), idle-GPU choice, and exclusive per-GPU leases.
+
+A lease is an ``flock`` on one lock file per GPU UUID: the kernel drops it when the holder dies, so a lock left
+by a dead process is free again (and reported as reclaimed). Two agents on one host never pick the same GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import contract
+
+DEFAULT_LOCK_DIR = Path(os.environ.get("SGLANG_DIFFUSION_GPU_LOCK_DIR", "/tmp/sglang-diffusion-gpu-locks"))
+IDLE_MAX_MEMORY_MIB = 32
+IDLE_MAX_UTILIZATION_PCT = 5
+MIB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    utilization_pct: int | None
+    mig_mode: str | None  # "enabled" | "disabled" | None when the GPU does not support MIG
+    processes: tuple[GpuProcess, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["processes"] = [dataclasses.asdict(p) for p in self.processes]
+        return doc
+
+
+@dataclasses.dataclass(frozen=True)
+class Inventory:
+    gpus: tuple[Gpu, ...]
+    driver_version: str | None
+    reason: str | None  # why the list is empty, when it is
+
+
+def _load_nvml():
+    try:
+        import pynvml  # provided by nvidia-ml-py
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _maybe(nvml, fn, *args):
+    """One NVML field; a GPU that cannot report it ([N/A], MIG) gives None instead of an exception."""
+    try:
+        return fn(*args)
+    except nvml.NVMLError:
+        return None
+
+
+def read_inventory(nvml=None) -> Inventory:
+    """Every GPU NVML sees, with memory, utilisation, MIG mode and compute processes."""
+    nvml = nvml or _load_nvml()
+    if nvml is None:
+        return Inventory((), None, "nvidia-ml-py (pynvml) is not installed")
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        return Inventory((), None, f"NVML unavailable (no NVIDIA driver on this machine?): {_text(exc)}")
+    try:
+        driver = _maybe(nvml, nvml.nvmlSystemGetDriverVersion)
+        gpus = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            memory = _maybe(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
+            util = _maybe(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
+            mig = _maybe(nvml, nvml.nvmlDeviceGetMigMode, handle)
+            procs = _maybe(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            gpus.append(Gpu(
+                index=index,
+                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                name=_text(_maybe(nvml, nvml.nvmlDeviceGetName, handle) or "unknown"),
+                memory_used_bytes=int(memory.used) if memory is not None else None,
+                memory_total_bytes=int(memory.total) if memory is not None else None,
+                utilization_pct=int(util.gpu) if util is not None else None,
+                mig_mode=None if mig is None else ("enabled" if mig[0] else "disabled"),
+                processes=tuple(GpuProcess(int(p.pid), _process_memory(p)) for p in procs),
+            ))
+        reason = None if gpus else "NVML reports no GPUs"
+        return Inventory(tuple(gpus), _text(driver) if driver else None, reason)
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def _process_memory(proc) -> int | None:
+    used = getattr(proc, "usedGpuMemory", None)
+    # NVML reports "not available" (MIG, some drivers) as None or as a huge sentinel value.
+    return int(used) if isinstance(used, int) and 0 <= used < (1 << 62) else None
+
+
+def is_idle(gpu: Gpu, max_memory_mib: int = IDLE_MAX_MEMORY_MIB, max_util_pct: int = IDLE_MAX_UTILIZATION_PCT) -> bool:
+    """Idle: no compute process, memory and utilisation known and under the thresholds."""
+    return (not gpu.processes
+            and gpu.memory_used_bytes is not None and gpu.memory_used_bytes <= max_memory_mib * MIB
+            and gpu.utilization_pct is not None and gpu.utilization_pct <= max_util_pct)
+
+
+def idle_uuids_over_samples(samples: list[Inventory], max_memory_mib: int, max_util_pct: int) -> set[str]:
+    """GPUs idle in every sample: one quiet reading is not enough to call a GPU free."""
+    idle: set[str] | None = None
+    for inv in samples:
+        now = {g.uuid for g in inv.gpus if is_idle(g, max_memory_mib, max_util_pct)}
+        idle = now if idle is None else idle & now
+    return idle or set()
+
+
+def sample_inventory(samples: int, interval_s: float, nvml=None) -> list[Inventory]:
+    readings = []
+    for i in range(max(1, samples)):
+        if i:
+            time.sleep(interval_s)
+        readings.append(read_inventory(nvml))
+    return readings
+
+
+def pick_idle_gpus(count: int, *, samples: int = 3, interval_s: float = 0.2,
+                   max_memory_mib: int = IDLE_MAX_MEMORY_MIB, max_util_pct: int = IDLE_MAX_UTILIZATION_PCT,
+                   lock_dir: Path = DEFAULT_LOCK_DIR, nvml=None) -> list[Gpu]:
+    """The first ``count`` GPUs (NVML/PCI order) idle in every sample and not leased by another process."""
+    if count < 1:
+        raise contract.UsageError("usage.bad_count", f"--count must be at least 1, got {count}")
+    readings = sample_inventory(samples, interval_s, nvml)
+    latest = readings[-1]
+    if not latest.gpus:
+        raise contract.PreconditionError("gpu.none", latest.reason or "no NVIDIA GPU found",
+                                         "run on a machine with NVIDIA GPUs, or use a CPU preset such as tiny-flux-cpu")
+    idle = idle_uuids_over_samples(readings, max_memory_mib, max_util_pct)
+    free = [g for g in latest.gpus if g.uuid in idle and lease_holder(g.uuid, lock_dir) is None]
+    if len(free) < count:
+        busy = [{"index": g.index, "uuid": g.uuid, "processes": len(g.processes),
+                 "memory_used_bytes": g.memory_used_bytes, "utilization_pct": g.utilization_pct,
+                 "leased_by": lease_holder(g.uuid, lock_dir)} for g in latest.gpus if g not in free]
+        raise contract.PreconditionError(
+            "gpu.not_enough_idle", f"needed {count} idle GPU(s), found {len(free)} of {len(latest.gpus)}",
+            "wait for the other jobs, lower --count, or raise --max-memory-mib/--max-util-pct deliberately",
+            details={"busy": busy})
+    return free[:count]
+
+
+def _lock_path(lock_dir: Path, uuid: str) -> Path:
+    return lock_dir / f"gpu-{uuid}.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lease_holder(uuid: str, lock_dir: Path = DEFAULT_LOCK_DIR) -> dict[str, Any] | None:
+    """Who holds the lease on a GPU right now (its lock record), or None when nobody does."""
+    path = _lock_path(lock_dir, uuid)
+    if not path.exists():
+        return None
+    try:
+        with open(path, "r+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read_record(path) or {"pid": None}
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return None
+    except OSError:
+        return None
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text() or "null")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+class GpuLease:
+    """Exclusive hold of a set of GPUs for one process; use as a context manager or call release()."""
+
+    def __init__(self, uuids: list[str], *, label: str = "", lock_dir: Path = DEFAULT_LOCK_DIR):
+        self.uuids = list(uuids)
+        self.label = label
+        self.lock_dir = Path(lock_dir)
+        self.reclaimed: list[dict[str, Any]] = []
+        self._handles: list[Any] = []
+
+    def acquire(self) -> "GpuLease":
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for uuid in self.uuids:
+                path = _lock_path(self.lock_dir, uuid)
+                handle = open(path, "a+")
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    raise contract.PreconditionError(
+                        "gpu.leased", f"GPU {uuid} is leased by another process: {_read_record(path)}",
+                        "pick other GPUs (print-idle-gpus skips leased ones) or wait for that campaign")
+                previous = _read_record(path)
+                if previous and previous.get("pid") and not _pid_alive(int(previous["pid"])):
+                    self.reclaimed.append({"uuid": uuid, "stale_pid": previous["pid"]})
+                handle.seek(0)
+                handle.truncate()
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "label": self.label,
+                           "since": contract.utc_now()}, handle)
+                handle.flush()
+                self._handles.append(handle)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        for handle in self._handles:
+            with contextlib.suppress(OSError):
+                handle.seek(0)
+                handle.truncate()
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+        self._handles = []
+
+    def __enter__(self) -> "GpuLease":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@contextlib.contextmanager
+def leased_gpus(count: int, label: str = "", lock_dir: Path = DEFAULT_LOCK_DIR, nvml=None,
+                **pick_options) -> Iterator[tuple[list[Gpu], GpuLease]]:
+    """Pick idle GPUs and lease them; retries once if another process leased one in between."""
+    for attempt in range(2):
+        gpus = pick_idle_gpus(count, lock_dir=lock_dir, nvml=nvml, **pick_options)
+        lease = GpuLease([g.uuid for g in gpus], label=label, lock_dir=lock_dir)
+        try:
+            lease.acquire()
+        except contract.PreconditionError:
+            if attempt:
+                raise
+            continue
+        try:
+            yield gpus, lease
+        finally:
+            lease.release()
+        return
+
+
+def foreign_processes(gpu_uuids: list[str], own_pids: set[int], nvml=None) -> list[dict[str, Any]]:
+    """Compute processes on the leased GPUs that are not ours: a benchmark cell next to one does not count."""
+    inv = read_inventory(nvml)
+    found = []
+    for gpu in inv.gpus:
+        if gpu.uuid in gpu_uuids:
+            found += [{"gpu_uuid": gpu.uuid, "pid": p.pid, "used_memory_bytes": p.used_memory_bytes}
+                      for p in gpu.processes if p.pid not in own_pids]
+    return found

@@ -1,0 +1,60 @@
+"""The JSON contract: every schema is valid, every script self-tests and speaks JSON on errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from conftest import REPO, SCRIPTS, run_script
+from sgl_diffusion_bench import contract
+
+SCRIPT_NAMES = sorted(p.stem for p in SCRIPTS.glob("*.py"))
+
+
+@pytest.mark.parametrize("schema_file", sorted((REPO / "schemas").glob("*.schema.json")), ids=lambda p: p.name)
+def test_every_schema_is_valid_and_self_named(schema_file):
+    schema = json.loads(schema_file.read_text())
+    Draft202012Validator.check_schema(schema)
+    assert schema["$id"].endswith("/" + schema_file.name)
+    schema_id = schema_file.name[: -len(".schema.json")]
+    assert contract.SCHEMA_ID_PATTERN.match(schema_id)
+    const = schema.get("properties", {}).get("schema", {}).get("const")
+    assert const in (None, schema_id), f"{schema_file.name} declares schema const {const!r}"
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_self_test_passes_and_validates(name):
+    run = run_script(name, "--self-test", "--json", timeout=300)
+    doc = run.document
+    assert doc["schema"] == "selftest.v1"
+    failed = [c for c in doc["checks"] if not c["ok"]]
+    assert not failed and run.returncode == 0, failed
+    assert len(doc["checks"]) >= 3
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_bad_usage_is_an_error_document_with_exit_2(name):
+    run = run_script(name, "--no-such-flag", "--json")
+    assert run.returncode == 2
+    assert run.document["schema"] == "error.v1"
+    assert run.document["error"]["code"].startswith("usage.")
+    assert run.document["error"]["hint"]
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_help_works(name):
+    run = run_script(name, "--help", expect_json=False)
+    assert run.returncode == 0 and "usage:" in run.stdout
+
+
+def test_own_output_failing_its_schema_is_an_internal_error():
+    with pytest.raises(contract.ContractViolation) as info:
+        contract.check_document({"schema": "error.v1", "ok": True})
+    assert info.value.exit_code == contract.ExitCode.INTERNAL
+
+
+def test_redact_removes_secret_values(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secretvalue123")
+    assert "hf_secretvalue123" not in contract.dumps({"schema": "x.v1", "note": "token hf_secretvalue123"})
