@@ -1,0 +1,181 @@
+"""Environment discovery, NVML parsing, idle-GPU choice and leases."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import HF_TOKEN_CANARY, SCRIPTS, run_script
+from sgl_diffusion_bench import contract, env, gpu
+from sgl_diffusion_bench.fake_nvml import FakeDevice, FakeNvml
+
+
+class ScriptedNvml(FakeNvml):
+    """A fake whose devices change between readings, to test sampling more than once."""
+
+    def __init__(self, readings):
+        super().__init__(readings[0])
+        self.readings = list(readings)
+
+    def nvmlInit(self):
+        self.devices = self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+def test_na_fields_mig_and_processes_are_read_without_crashing():
+    fake = FakeNvml([FakeDevice("GPU-0", used_mib=None, util=None, mig=None),
+                     FakeDevice("GPU-1", used_mib=0, util=0, mig=True, pids=[(77, None)]),
+                     FakeDevice("GPU-2", used_mib=10, util=3, pids=[(88, 1 << 62)])])
+    inv = gpu.read_inventory(fake)
+    assert [g.memory_used_bytes for g in inv.gpus] == [None, 0, 10 << 20]
+    assert [g.mig_mode for g in inv.gpus] == [None, "enabled", "disabled"]
+    assert inv.gpus[1].processes == (gpu.GpuProcess(77, None),)
+    assert inv.gpus[2].processes == (gpu.GpuProcess(88, None),)  # NVML's "not available" sentinel
+    # Unknown memory/utilisation is never called idle; neither is a GPU with a process.
+    assert [gpu.is_idle(g) for g in inv.gpus] == [False, False, False]
+
+
+def test_nvml_init_failure_is_an_empty_list_with_a_reason():
+    inv = gpu.read_inventory(FakeNvml([], init_error="Driver Not Loaded"))
+    assert inv.gpus == () and "Driver Not Loaded" in inv.reason
+
+
+def test_idle_choice_requires_idle_in_every_sample(tmp_path):
+    quiet = [FakeDevice("GPU-a"), FakeDevice("GPU-b"), FakeDevice("GPU-c", used_mib=900)]
+    flicker = [FakeDevice("GPU-a"), FakeDevice("GPU-b", util=60), FakeDevice("GPU-c", used_mib=900)]
+    fake = ScriptedNvml([quiet, flicker, quiet])
+    picked = gpu.pick_idle_gpus(1, samples=3, interval_s=0, lock_dir=tmp_path, nvml=fake)
+    assert [g.uuid for g in picked] == ["GPU-a"]
+    with pytest.raises(contract.PreconditionError) as info:
+        gpu.pick_idle_gpus(2, samples=3, interval_s=0, lock_dir=tmp_path, nvml=ScriptedNvml([quiet, flicker, quiet]))
+    assert info.value.code == "gpu.not_enough_idle"
+    assert {b["uuid"] for b in info.value.details["busy"]} == {"GPU-b", "GPU-c"}
+
+
+def test_thresholds_are_flags():
+    busyish = FakeDevice("GPU-a", used_mib=100, util=20)
+    assert not gpu.is_idle(gpu.read_inventory(FakeNvml([busyish])).gpus[0])
+    assert gpu.is_idle(gpu.read_inventory(FakeNvml([busyish])).gpus[0], max_memory_mib=128, max_util_pct=25)
+
+
+HOLDER = """
+import sys, time
+sys.path.insert(0, {scripts!r})
+from pathlib import Path
+from sgl_diffusion_bench import gpu
+lease = gpu.GpuLease(["GPU-a"], label="other-agent", lock_dir=Path({lock_dir!r})).acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def _start_holder(lock_dir):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER.format(scripts=str(SCRIPTS), lock_dir=str(lock_dir))],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_leased_gpu_is_skipped_and_a_dead_holder_is_reclaimed(tmp_path):
+    fake = FakeNvml([FakeDevice("GPU-a"), FakeDevice("GPU-b")])
+    holder = _start_holder(tmp_path)
+    try:
+        record = gpu.lease_holder("GPU-a", tmp_path)
+        assert record["pid"] == holder.pid and record["label"] == "other-agent"
+        picked = gpu.pick_idle_gpus(2 - 1, samples=1, lock_dir=tmp_path, nvml=fake)
+        assert [g.uuid for g in picked] == ["GPU-b"]
+        with pytest.raises(contract.PreconditionError) as info:
+            gpu.GpuLease(["GPU-a"], lock_dir=tmp_path).acquire()
+        assert info.value.code == "gpu.leased"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert gpu.lease_holder("GPU-a", tmp_path) is None  # the kernel dropped the dead holder's flock
+    with gpu.GpuLease(["GPU-a"], lock_dir=tmp_path) as lease:
+        assert lease.reclaimed == [{"uuid": "GPU-a", "stale_pid": holder.pid}]
+        assert gpu.lease_holder("GPU-a", tmp_path)["pid"] == os.getpid()  # a second open file is locked out too
+    assert gpu.lease_holder("GPU-a", tmp_path) is None
+
+
+def test_leased_gpus_context_and_foreign_processes(tmp_path):
+    fake = FakeNvml([FakeDevice("GPU-a"), FakeDevice("GPU-b", used_mib=2048, pids=[(4242, 2 << 30)])])
+    with gpu.leased_gpus(1, label="t", lock_dir=tmp_path, nvml=fake, samples=1) as (gpus, lease):
+        assert [g.uuid for g in gpus] == ["GPU-a"]
+        fake.devices[0].pids = [(999, 1 << 30), (1000, None)]
+        found = gpu.foreign_processes(["GPU-a"], own_pids={1000}, nvml=fake)
+        assert found == [{"gpu_uuid": "GPU-a", "pid": 999, "used_memory_bytes": 1 << 30}]
+
+
+def test_problems_name_next_steps_for_gpu_states():
+    fake = FakeNvml([FakeDevice("GPU-a", used_mib=5000, pids=[(1, 5 << 30)], mig=True),
+                     FakeDevice("GPU-b", util=99)])
+    doc = env.inspect(nvml=fake)
+    assert contract.validation_errors(doc) == []
+    codes = {p["code"] for p in doc["problems"]}
+    assert {"gpu.no_idle", "gpu.mig_enabled", "gpu.device_order"} <= codes
+    assert all(p["hint"] for p in doc["problems"])
+
+
+def test_inspect_cli_validates_and_reports_token_presence_only():
+    run = run_script("diffusion_skill_env", "inspect", "--json")
+    assert run.returncode == 0
+    doc = run.document
+    assert doc["huggingface"]["token_present"] is True
+    assert doc["huggingface"]["token_vars_set"] == ["HF_TOKEN"]
+    assert HF_TOKEN_CANARY[:8] not in run.stdout  # not even a prefix
+    assert doc["versions"]["python"] == sys.version.split()[0]
+
+
+@pytest.mark.parametrize("args", [
+    ["print-root", "--json"], ["print-assets-dir", "--json"], ["print-output-dir", "--kind", "benchmarks", "--json"],
+    ["check-write-access", "--json"], ["inspect"], ["print-root"],
+])
+def test_every_subcommand_runs_without_leaking_the_token(args, tmp_path):
+    run = run_script("diffusion_skill_env", *args, env={env.WORKDIR_ENV: str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    if "--json" in args and args[0] != "check-write-access":
+        assert run.document["path"].startswith(str(tmp_path))
+
+
+def test_print_root_plain_is_one_path_for_shell_substitution(tmp_path):
+    run = run_script("diffusion_skill_env", "print-output-dir", "--kind", "profiles", "--mkdir",
+                     env={env.WORKDIR_ENV: str(tmp_path)})
+    assert run.stdout.strip() == str(tmp_path / "outputs" / "diffusion_profiles")
+    assert (tmp_path / "outputs" / "diffusion_profiles").is_dir()
+
+
+def test_unwritable_work_root_is_a_precondition_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    run = run_script("diffusion_skill_env", "check-write-access", "--json", env={env.WORKDIR_ENV: str(blocker)})
+    assert run.returncode == 3 and run.document["error"]["code"] == "fs.not_writable"
+
+
+def test_no_gpu_machine_gives_error_documents_not_tracebacks():
+    if gpu.read_inventory().gpus:
+        pytest.skip("this machine has GPUs")
+    run = run_script("diffusion_skill_env", "print-idle-gpus", "--count", "1", "--json")
+    assert run.returncode == 3 and run.document["error"]["code"] == "gpu.none"
+    run = run_script("diffusion_skill_env", "lease", "--count", "1", "--json", "--", "true")
+    assert run.returncode == 3
+    run = run_script("diffusion_skill_env", "lease", "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "usage.no_command"
+
+
+@pytest.mark.gpu
+def test_real_nvml_inventory_on_a_gpu_machine(tmp_path):
+    inv = gpu.read_inventory()
+    if not inv.gpus:
+        pytest.skip(inv.reason)
+    assert all(g.memory_total_bytes and g.memory_total_bytes > 0 for g in inv.gpus)
+    assert all(g.uuid.startswith(("GPU-", "MIG-")) for g in inv.gpus)
+    run = run_script("diffusion_skill_env", "inspect", "--json")
+    assert len(run.document["gpus"]) == len(inv.gpus) and run.document["versions"]["driver"]
+    run = run_script("diffusion_skill_env", "lease", "--count", "1", "--lock-dir", str(tmp_path), "--json", "--",
+                     sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+    assert run.returncode == 0 and run.document["uuids"][0].startswith("GPU-")
