@@ -1,0 +1,216 @@
+"""Strict reading of the engine's perf dump (``sglang generate --perf-dump-path``).
+
+The dump's layout differs by release (see ``schemas/perf-dump.v1.schema.json``); every layout is checked against
+that schema, so a missing or mistyped required key is an error with a reason instead of a silent ``n/a``. Unknown
+extra keys are tolerated: newer engines add fields. What is extracted, and from where, is recorded next to each
+figure (``denoise_source``, ``peak_memory_source``) so a report never has to guess.
+
+Layouts (``PerfMetrics.layout``):
+- ``legacy``: no ``memory_checkpoints``.
+- ``sglang-0.5.10``: ``before_forward``/``after_forward`` checkpoints, four memory fields.
+- ``sglang-0.5.23``: adds ``load_peak``/``runtime_peak``/``warmup_peak`` and ``peak_host_anon_mb``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import contract
+
+SCHEMA_ID = "perf-dump.v1"
+MEMORY_KINDS = ("device", "process_rss")
+DENOISE_STAGE_SUFFIXES = ("DenoisingStage", "RefinementStage")
+NOT_DENOISE_MARKER = "BeforeDenoisingStage"
+RUNTIME_PEAK_CHECKPOINT = "runtime_peak"
+NEWER_CHECKPOINTS = ("load_peak", "runtime_peak", "warmup_peak")
+
+# Denoise sources: where PerfMetrics.denoise_ms came from.
+DENOISE_FROM_STAGES = "stages"  # sum of steps[] whose name ends with DenoisingStage/RefinementStage
+DENOISE_FROM_STEPS = "denoise_steps_ms"  # fallback: sum of the per-step records
+# Peak memory sources.
+PEAK_FROM_RUNTIME = "runtime_peak"  # memory_checkpoints.runtime_peak.peak_reserved_mb (0.5.23+)
+PEAK_FROM_MAX = "max_checkpoint_peak_reserved"  # max peak_reserved_mb over all checkpoints
+
+
+class PerfDumpError(contract.InputError):
+    """A perf dump that is missing, unreadable or malformed; ``reason`` is one line for a cell's invalid reasons."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__("input.perf_dump_invalid", f"perf dump {path}: {reason}",
+                         "check that the run finished and wrote a complete --perf-dump-path file; "
+                         "a run without a valid perf dump cannot be reported")
+        self.path = path
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class PerfMetrics:
+    """The figures one perf dump supports, with the source of each derived figure."""
+
+    e2e_ms: float
+    denoise_ms: float | None
+    denoise_source: str | None
+    denoise_stage_names: tuple[str, ...]
+    stages: tuple[tuple[str, float], ...]  # execution order
+    denoise_steps_ms: tuple[float, ...]  # index = step number
+    step0_ms: float | None
+    steady_step_mean_ms: float | None  # mean of steps >= 1
+    peak_memory_mb: float | None
+    peak_memory_source: str | None
+    peak_memory_checkpoint: str | None
+    memory_kind: str
+    layout: str
+    commit_hash: str | None
+    warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``perf`` object of a bench-report.v1 cell."""
+        return {
+            "e2e_ms": self.e2e_ms,
+            "denoise_ms": self.denoise_ms,
+            "denoise_source": self.denoise_source,
+            "denoise_stage_names": list(self.denoise_stage_names),
+            "stages": dict(self.stages),
+            "denoise_steps_ms": list(self.denoise_steps_ms),
+            "step0_ms": self.step0_ms,
+            "steady_step_mean_ms": self.steady_step_mean_ms,
+            "peak_memory_mb": self.peak_memory_mb,
+            "peak_memory_source": self.peak_memory_source,
+            "peak_memory_checkpoint": self.peak_memory_checkpoint,
+            "memory_kind": self.memory_kind,
+            "layout": self.layout,
+            "commit_hash": self.commit_hash,
+            "warnings": list(self.warnings),
+        }
+
+
+def is_denoise_stage(name: str) -> bool:
+    """The reference rule: ends with DenoisingStage or RefinementStage and is not a *BeforeDenoisingStage."""
+    return name.endswith(DENOISE_STAGE_SUFFIXES) and NOT_DENOISE_MARKER not in name
+
+
+def _reject_constant(token: str) -> float:
+    raise ValueError(f"non-finite number {token} is not valid JSON")
+
+
+def load_perf_dump(path: str | Path, memory_kind: str) -> PerfMetrics:
+    """Read and parse one dump file; every problem is a PerfDumpError naming the file and the reason."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PerfDumpError(str(path), "file not found (the run wrote no perf dump)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PerfDumpError(str(path), f"unreadable: {exc}") from None
+    if not text.strip():
+        raise PerfDumpError(str(path), "file is empty (the run was interrupted while writing it?)")
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError; so is a NaN/Infinity token
+        raise PerfDumpError(str(path), f"not valid JSON ({exc}); 0.5.10 writes in place, so a partial "
+                                       f"write is possible") from None
+    return parse_perf_dump(document, memory_kind, source=str(path))
+
+
+def parse_perf_dump(document: Any, memory_kind: str, source: str = "<perf dump>") -> PerfMetrics:
+    """Parse an already-decoded dump. ``memory_kind`` says what the memory figures are: ``device`` memory, or
+    ``process_rss`` when the CPU adapter stands in for the device memory API."""
+    if memory_kind not in MEMORY_KINDS:
+        raise ValueError(f"memory_kind must be one of {MEMORY_KINDS}, not {memory_kind!r}")
+    if not isinstance(document, dict):
+        raise PerfDumpError(source, f"top level is {type(document).__name__}, expected an object")
+    problems = contract.validation_errors(document, SCHEMA_ID)
+    if problems:
+        raise PerfDumpError(source, f"does not match {SCHEMA_ID}: " + "; ".join(problems[:5]))
+    _require_finite(document, source)
+
+    warnings: list[str] = []
+    stages: dict[str, float] = {}
+    for entry in document["steps"]:
+        name = entry["name"]
+        if name in stages:
+            warnings.append(f"stage {name} appears more than once; its durations are summed")
+        stages[name] = stages.get(name, 0.0) + float(entry["duration_ms"])
+
+    steps = _denoise_steps(document.get("denoise_steps_ms", []), source)
+    denoise_names = tuple(n for n in stages if is_denoise_stage(n))
+    stage_sum = sum(stages[n] for n in denoise_names)
+    if denoise_names and stage_sum > 0:
+        denoise_ms, denoise_source = stage_sum, DENOISE_FROM_STAGES
+    elif steps and sum(steps) > 0:
+        denoise_ms, denoise_source = sum(steps), DENOISE_FROM_STEPS
+        warnings.append("no denoising stage time in steps[]; denoise is the sum of denoise_steps_ms")
+    else:
+        denoise_ms, denoise_source = None, None
+        warnings.append("no denoising stage and no per-step records: denoise time was not measured")
+
+    checkpoints: Mapping[str, Mapping[str, Any]] = document.get("memory_checkpoints") or {}
+    peak_mb, peak_source, peak_checkpoint = _peak_memory(checkpoints)
+    if peak_mb is None:
+        warnings.append("no memory checkpoints: peak memory was not measured")
+
+    commit = document.get("commit_hash")
+    return PerfMetrics(
+        e2e_ms=float(document["total_duration_ms"]),
+        denoise_ms=denoise_ms,
+        denoise_source=denoise_source,
+        denoise_stage_names=denoise_names,
+        stages=tuple(stages.items()),
+        denoise_steps_ms=tuple(steps),
+        step0_ms=steps[0] if steps else None,
+        steady_step_mean_ms=(sum(steps[1:]) / len(steps[1:])) if len(steps) > 1 else None,
+        peak_memory_mb=peak_mb,
+        peak_memory_source=peak_source,
+        peak_memory_checkpoint=peak_checkpoint,
+        memory_kind=memory_kind,
+        layout=_layout(checkpoints),
+        commit_hash=commit if isinstance(commit, str) and commit not in ("", "N/A") else None,
+        warnings=tuple(warnings),
+    )
+
+
+def _require_finite(document: dict[str, Any], source: str) -> None:
+    """NaN passes a JSON Schema "number" check; a Python caller can hand one in (load_perf_dump rejects them)."""
+    checkpoints = (document.get("memory_checkpoints") or {}).values()
+    values = [document["total_duration_ms"], *(e["duration_ms"] for e in document["steps"]),
+              *(e["duration_ms"] for e in document.get("denoise_steps_ms", [])),
+              *(v for c in checkpoints for v in c.values() if isinstance(v, (int, float)))]
+    if any(not math.isfinite(float(v)) for v in values):
+        raise PerfDumpError(source, "a duration or memory figure is not a finite number")
+
+
+def _denoise_steps(entries: list[dict[str, Any]], source: str) -> list[float]:
+    """Per-step durations indexed by step number; steps must be 0..n-1, each once."""
+    by_step: dict[int, float] = {}
+    for entry in entries:
+        step = entry["step"]
+        if step in by_step:
+            raise PerfDumpError(source, f"denoise_steps_ms lists step {step} twice")
+        by_step[step] = float(entry["duration_ms"])
+    if by_step and sorted(by_step) != list(range(len(by_step))):
+        raise PerfDumpError(source, f"denoise_steps_ms steps are not 0..{len(by_step) - 1}: {sorted(by_step)}")
+    return [by_step[i] for i in range(len(by_step))]
+
+
+def _peak_memory(checkpoints: Mapping[str, Mapping[str, Any]]) -> tuple[float | None, str | None, str | None]:
+    """Prefer runtime_peak (serving memory; load_peak is dominated by weight loading), else the max over all."""
+    if RUNTIME_PEAK_CHECKPOINT in checkpoints:
+        return float(checkpoints[RUNTIME_PEAK_CHECKPOINT]["peak_reserved_mb"]), PEAK_FROM_RUNTIME, \
+            RUNTIME_PEAK_CHECKPOINT
+    if not checkpoints:
+        return None, None, None
+    name = max(checkpoints, key=lambda n: float(checkpoints[n]["peak_reserved_mb"]))
+    return float(checkpoints[name]["peak_reserved_mb"]), PEAK_FROM_MAX, name
+
+
+def _layout(checkpoints: Mapping[str, Mapping[str, Any]]) -> str:
+    if not checkpoints:
+        return "legacy"
+    if any(n in checkpoints for n in NEWER_CHECKPOINTS) or any("peak_host_anon_mb" in c
+                                                                  for c in checkpoints.values()):
+        return "sglang-0.5.23"
+    return "sglang-0.5.10"
