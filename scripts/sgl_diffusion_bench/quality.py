@@ -1,0 +1,234 @@
+"""Output comparison: byte identity for lossless arms, SSIM/PSNR against the reference for lossy ones.
+
+Lossless means the same bytes: every used cell of every lossless arm must hash the same. Other quality levels are
+scored against the reference output (the baseline arm's first used cell, eager and lossless in a normal campaign)
+with scikit-image SSIM and PSNR; videos frame by frame (decoded with PyAV, which the engine stack installs).
+PSNR of identical inputs is infinite: JSON carries ``psnr_db: null`` with ``psnr_infinite: true``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import contract
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
+VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov", ".avi", ".gif")
+LOSSLESS = "lossless"
+HASH_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """Minimum SSIM and PSNR (dB) a lossy output must reach against the reference."""
+
+    ssim_min: float
+    psnr_min_db: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"ssim_min": self.ssim_min, "psnr_min_db": self.psnr_min_db}
+
+
+DEFAULT_THRESHOLDS = {"image": Thresholds(0.95, 28.0), "video": Thresholds(0.92, 24.0)}
+
+
+class QualityError(contract.InputError):
+    def __init__(self, message: str, hint: str = "check that both outputs exist and have the same size/frames"):
+        super().__init__("input.output_not_comparable", message, hint)
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def media_kind(path: str | Path) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return "image"
+    if suffix in VIDEO_SUFFIXES:
+        return "video"
+    raise QualityError(f"{path}: cannot score a '{suffix}' output with SSIM/PSNR",
+                       "only images and videos are scored; compare other outputs by hash")
+
+
+def read_image(path: str | Path) -> np.ndarray:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    except (OSError, ValueError) as exc:
+        raise QualityError(f"{path}: not a readable image ({exc})") from None
+
+
+def iter_video_frames(path: str | Path) -> Iterator[np.ndarray]:
+    """RGB frames. GIFs through Pillow; everything else through PyAV (imageio 2.36's pyav plugin breaks on av 16)."""
+    if Path(path).suffix.lower() == ".gif":
+        from PIL import Image, ImageSequence
+
+        try:
+            with Image.open(path) as img:
+                for frame in ImageSequence.Iterator(img):
+                    yield np.asarray(frame.convert("RGB"))
+        except OSError as exc:
+            raise QualityError(f"{path}: not a readable GIF ({exc})") from None
+        return
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            for frame in container.decode(video=0):
+                yield frame.to_ndarray(format="rgb24")
+    except (av.FFmpegError, OSError, IndexError) as exc:
+        raise QualityError(f"{path}: not a decodable video ({exc})") from None
+
+
+def frame_scores(reference: np.ndarray, test: np.ndarray) -> tuple[float, float]:
+    """(SSIM, MSE) of two uint8 RGB frames of the same shape."""
+    from skimage.metrics import structural_similarity
+
+    if reference.shape != test.shape:
+        raise QualityError(f"frame shapes differ: {reference.shape} vs {test.shape}")
+    if min(reference.shape[:2]) < 7:
+        raise QualityError(f"frame {reference.shape[:2]} is smaller than SSIM's 7x7 window")
+    ssim = float(structural_similarity(reference, test, channel_axis=-1, data_range=255))
+    mse = float(np.mean((reference.astype(np.float64) - test.astype(np.float64)) ** 2))
+    return ssim, mse
+
+
+def psnr_from_mse(mse: float) -> float:
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+
+
+def _psnr_json(psnr: float) -> dict[str, Any]:
+    return {"psnr_db": None if psnr == float("inf") else psnr, "psnr_infinite": psnr == float("inf")}
+
+
+def compare_media(reference: str | Path, test: str | Path, thresholds: Mapping[str, Thresholds] | None = None
+                  ) -> dict[str, Any]:
+    """SSIM (mean over frames) and PSNR (from the MSE pooled over frames), the worst frame by SSIM, pass/fail."""
+    kind = media_kind(reference)
+    if media_kind(test) != kind:
+        raise QualityError(f"{reference} is an {kind} but {test} is not")
+    if kind == "image":
+        pairs: Iterator[tuple[np.ndarray, np.ndarray]] = iter([(read_image(reference), read_image(test))])
+    else:
+        pairs = _zip_frames(reference, test)
+    ssims, mses = [], []
+    for ref_frame, test_frame in pairs:
+        ssim, mse = frame_scores(ref_frame, test_frame)
+        ssims.append(ssim)
+        mses.append(mse)
+    if not ssims:
+        raise QualityError(f"{reference}: no frames decoded")
+    worst = int(np.argmin(ssims))
+    limits = (thresholds or DEFAULT_THRESHOLDS)[kind]
+    psnr = psnr_from_mse(float(np.mean(mses)))
+    ssim = float(np.mean(ssims))
+    return {"path": str(test), "media": kind, "frames": len(ssims), "ssim": ssim, **_psnr_json(psnr),
+            "worst_frame": {"index": worst, "ssim": ssims[worst], **_psnr_json(psnr_from_mse(mses[worst]))},
+            "passed": ssim >= limits.ssim_min and psnr >= limits.psnr_min_db}
+
+
+def _zip_frames(reference: str | Path, test: str | Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    ref_frames, test_frames = iter_video_frames(reference), iter_video_frames(test)
+    count = 0
+    while True:
+        a, b = next(ref_frames, None), next(test_frames, None)
+        if a is None and b is None:
+            return
+        if a is None or b is None:
+            raise QualityError(f"frame counts differ: {reference} and {test} diverge after {count} frames")
+        count += 1
+        yield a, b
+
+
+def byte_identity(cells: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> dict[str, Any]:
+    """Group the used cells of ``arms`` by their output hashes; lossless passes only with one group."""
+    groups: dict[tuple[str, ...], dict[str, Any]] = {}
+    without = []
+    for cell in cells:
+        if cell["arm"] not in arms or cell.get("status") != "valid":
+            continue
+        hashes = tuple(o["sha256"] for o in cell.get("outputs", []))
+        if not hashes:
+            without.append(cell["index"])
+            continue
+        group = groups.setdefault(hashes, {"sha256s": list(hashes), "cells": [], "arms": []})
+        group["cells"].append(cell["index"])
+        if cell["arm"] not in group["arms"]:
+            group["arms"].append(cell["arm"])
+    identical = len(groups) == 1 and not without
+    return {"kind": "byte_identity", "arms": list(arms), "identical": identical, "groups": list(groups.values()),
+            "cells_without_outputs": without, "passed": identical}
+
+
+def similarity(cells: Sequence[Mapping[str, Any]], arm: str, quality: str | None, reference: Mapping[str, Any],
+               thresholds: Mapping[str, Thresholds] | None = None) -> dict[str, Any]:
+    """Score every used cell of ``arm`` against ``reference`` (a cell); an unreadable output fails the check."""
+    ref_path = reference["outputs"][0]["path"] if reference.get("outputs") else None
+    limits = thresholds or DEFAULT_THRESHOLDS
+    results, errors = [], []
+    for cell in cells:
+        if cell["arm"] != arm or cell.get("status") != "valid":
+            continue
+        if ref_path is None or not cell.get("outputs"):
+            errors.append(f"cell {cell['index']}: no output to compare")
+            continue
+        try:
+            scored = compare_media(ref_path, cell["outputs"][0]["path"], limits)
+        except QualityError as exc:
+            errors.append(f"cell {cell['index']}: {exc.message}")
+            continue
+        results.append({"cell": cell["index"], "arm": arm, **scored})
+    kind = results[0]["media"] if results else "image"
+    return {"kind": "similarity", "arm": arm, "quality": quality,
+            "reference": {"cell": reference.get("index"), "arm": reference.get("arm"), "path": ref_path or ""},
+            "thresholds": limits[kind].to_json(), "results": results, "errors": errors,
+            "passed": bool(results) and not errors and all(r["passed"] for r in results)}
+
+
+def output_quality(cells: Sequence[Mapping[str, Any]], arms: Mapping[str, Mapping[str, Any]], baseline: str,
+                   thresholds: Mapping[str, Thresholds] | None = None) -> dict[str, Any] | None:
+    """bench-report.v1 ``summary.output_quality``: byte identity across the lossless arms (an arm without a
+    quality is taken as lossless: the engine's default), SSIM/PSNR of each lossy arm against the baseline's
+    first used cell. None when no cell has outputs."""
+    if not any(c.get("outputs") for c in cells):
+        return None
+    lossless = [a for a, spec in arms.items() if (spec.get("quality") or LOSSLESS) == LOSSLESS]
+    checks = []
+    if lossless:
+        checks.append(byte_identity(cells, lossless))
+    reference = next((c for c in cells if c["arm"] == baseline and c.get("status") == "valid"
+                      and c.get("outputs")), None)
+    for arm, spec in arms.items():
+        if arm in lossless:
+            continue
+        if reference is None:
+            checks.append({"kind": "similarity", "arm": arm, "quality": spec.get("quality"),
+                           "reference": {"cell": None, "arm": baseline, "path": ""},
+                           "thresholds": (thresholds or DEFAULT_THRESHOLDS)["image"].to_json(), "results": [],
+                           "errors": [f"no valid {baseline} cell with an output to use as the reference"],
+                           "passed": False})
+            continue
+        checks.append(similarity(cells, arm, spec.get("quality"), reference, thresholds))
+    return {"passed": all(c["passed"] for c in checks), "checks": checks}
+
+
+def thresholds_from(overrides: Mapping[str, Mapping[str, float]] | None) -> dict[str, Thresholds]:
+    """Per-preset overrides, e.g. ``{"video": {"ssim_min": 0.9}}``, on top of the defaults."""
+    merged = dict(DEFAULT_THRESHOLDS)
+    for kind, values in (overrides or {}).items():
+        if kind not in merged:
+            raise QualityError(f"unknown media kind {kind!r} in quality thresholds", "use 'image' or 'video'")
+        merged[kind] = dataclasses.replace(merged[kind], **values)
+    return merged

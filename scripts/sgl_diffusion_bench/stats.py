@@ -1,0 +1,267 @@
+"""Statistics over a campaign's cells: per-arm distributions, paired-round changes, a bootstrap interval of the
+change, a verdict against a threshold, and stage-attributed outliers.
+
+Pure functions over bench-report.v1 ``cells`` (dicts with ``index``, ``arm``, ``round``, ``position``, ``status``
+and ``perf``). Only ``status == "valid"`` cells with a ``perf`` object count. Outliers are flagged, never dropped,
+unless the caller asks (``discard_outliers``); the result lists what was discarded.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+DEFAULT_THRESHOLD_PCT = 1.5
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_SEED = 20260101
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_MIN_ROUNDS = 2
+OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut for the modified z-score
+MAD_FLOOR_FRACTION = 0.001  # spreads under 0.1 % of the median are timer noise, not a scale to divide by
+METRICS = ("e2e_ms", "denoise_ms")
+VERDICTS = ("improved", "regressed", "no-significant-change", "insufficient-data")
+BOOTSTRAP_METHOD = ("percentile bootstrap of the relative change of means; cells resampled with replacement "
+                    "within each arm (and within each round when the cells have rounds)")
+
+
+def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> str:
+    """The verdict rule, in words, as every comparison states it."""
+    pct = f"{confidence * 100:g}%"
+    return (f"change = (candidate mean - baseline mean) / baseline mean. 'improved' when the {pct} bootstrap "
+            f"interval of the change lies entirely below -{threshold_pct:g}% AND every round's change is negative; "
+            f"'regressed' when it lies entirely above +{threshold_pct:g}% AND every round's change is positive; "
+            f"'insufficient-data' when an arm has fewer than 2 used cells or, for cells with rounds, fewer than "
+            f"{min_rounds} rounds have both arms; otherwise 'no-significant-change'.")
+
+
+def used_cells(cells: Iterable[Mapping[str, Any]], arm: str | None = None) -> list[Mapping[str, Any]]:
+    return [c for c in cells if c.get("status") == "valid" and c.get("perf") and (arm is None or c["arm"] == arm)]
+
+
+def describe(values: Sequence[float]) -> dict[str, Any]:
+    """n, mean, median, sample stdev, CV and range; None where the figure needs more values."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return {"n": 0, "mean": None, "median": None, "stdev": None, "cv_pct": None, "min": None, "max": None}
+    mean = statistics.fmean(vals)
+    stdev = statistics.stdev(vals) if len(vals) > 1 else None
+    return {"n": len(vals), "mean": mean, "median": statistics.median(vals), "stdev": stdev,
+            "cv_pct": (stdev / mean * 100) if stdev is not None and mean else None,
+            "min": min(vals), "max": max(vals)}
+
+
+def relative_change_pct(baseline: float | None, candidate: float | None) -> float | None:
+    if baseline is None or candidate is None or baseline == 0:
+        return None
+    return (candidate - baseline) / baseline * 100
+
+
+def _metric(cell: Mapping[str, Any], metric: str) -> float | None:
+    value = cell["perf"].get(metric)
+    return None if value is None else float(value)
+
+
+def find_outliers(cells: Sequence[Mapping[str, Any]], arm: str, z_threshold: float = OUTLIER_Z
+                  ) -> list[dict[str, Any]]:
+    """Cells whose e2e is far from the arm's median (modified z-score, MAD floored at 0.1 % of the median), each
+    attributed to the stage that moved most against the arm's median stage times."""
+    arm_cells = used_cells(cells, arm)
+    if len(arm_cells) < 3:
+        return []
+    e2e = [c["perf"]["e2e_ms"] for c in arm_cells]
+    median = statistics.median(e2e)
+    mad = max(statistics.median(abs(v - median) for v in e2e), MAD_FLOOR_FRACTION * abs(median))
+    stage_medians = _stage_medians(arm_cells)
+    found = []
+    for cell, value in zip(arm_cells, e2e):
+        z = 0.6745 * (value - median) / mad
+        if abs(z) < z_threshold:
+            continue
+        found.append({"cell": cell["index"], "arm": arm, "round": cell.get("round"), "position": cell.get("position"),
+                      "metric": "e2e_ms", "value_ms": value, "arm_median_ms": median, "robust_z": z,
+                      "discarded": False, **_attribute(cell, value - median, stage_medians)})
+    return found
+
+
+def _stage_medians(cells: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    names = {n for c in cells for n in c["perf"]["stages"]}
+    return {n: statistics.median(c["perf"]["stages"][n] for c in cells if n in c["perf"]["stages"])
+            for n in names}
+
+
+def _attribute(cell: Mapping[str, Any], deviation_ms: float, stage_medians: Mapping[str, float]) -> dict[str, Any]:
+    """The stage whose time moved most in the direction of the e2e deviation."""
+    sign = 1 if deviation_ms >= 0 else -1
+    deltas = {n: ms - stage_medians[n] for n, ms in cell["perf"]["stages"].items() if n in stage_medians}
+    if not deltas:
+        return {"attributed_stage": None, "stage_ms": None, "stage_median_ms": None, "stage_delta_ms": None,
+                "share_of_deviation": None}
+    stage = max(deltas, key=lambda n: sign * deltas[n])
+    return {"attributed_stage": stage, "stage_ms": cell["perf"]["stages"][stage],
+            "stage_median_ms": stage_medians[stage], "stage_delta_ms": deltas[stage],
+            "share_of_deviation": deltas[stage] / deviation_ms if deviation_ms else None}
+
+
+def arm_summary(cells: Sequence[Mapping[str, Any]], arm: str, discard_outliers: bool = False) -> dict[str, Any]:
+    """Distributions over the arm's valid cells (minus discarded outliers, when asked)."""
+    outliers = find_outliers(cells, arm)
+    discarded = [o["cell"] for o in outliers] if discard_outliers else []
+    for o in outliers:
+        o["discarded"] = o["cell"] in discarded
+    used = [c for c in used_cells(cells, arm) if c["index"] not in discarded]
+    stage_names = list(dict.fromkeys(n for c in used for n in c["perf"]["stages"]))
+    kinds = {c["perf"]["memory_kind"] for c in used if c["perf"].get("peak_memory_mb") is not None}
+    return {
+        "arm": arm,
+        "n_cells": sum(1 for c in cells if c["arm"] == arm),
+        "n_valid": len(used_cells(cells, arm)),
+        "n_used": len(used),
+        "discarded_cells": discarded,
+        **{m: describe([_metric(c, m) for c in used])
+           for m in ("e2e_ms", "denoise_ms", "step0_ms", "steady_step_mean_ms", "peak_memory_mb")},
+        "memory_kind": kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None),
+        "denoise_sources": sorted({c["perf"]["denoise_source"] for c in used if c["perf"].get("denoise_source")}),
+        "stages": {n: describe([c["perf"]["stages"].get(n) for c in used]) for n in stage_names},
+        "outliers": outliers,
+    }
+
+
+def _bootstrap_change_pct(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
+                          resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Resampled relative changes (%); each inner sequence is one stratum (a round), resampled within itself."""
+
+    def resampled_means(strata: Sequence[Sequence[float]]) -> np.ndarray:
+        total = np.zeros(resamples)
+        count = sum(len(s) for s in strata)
+        for stratum in strata:
+            values = np.asarray(stratum, dtype=float)
+            picks = rng.integers(0, len(values), size=(resamples, len(values)))
+            total += values[picks].sum(axis=1)
+        return total / count
+
+    base = resampled_means(baseline)
+    return (resampled_means(candidate) - base) / base * 100
+
+
+def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, metric: str, *,
+                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, resamples: int = DEFAULT_RESAMPLES,
+                  seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE,
+                  min_rounds: int = DEFAULT_MIN_ROUNDS, exclude: Iterable[int] = ()) -> dict[str, Any]:
+    """The change of one metric from baseline to candidate, its interval, per-round changes and the verdict."""
+    excluded = set(exclude)
+    pick = [c for c in used_cells(cells) if c["index"] not in excluded and _metric(c, metric) is not None]
+    base = [c for c in pick if c["arm"] == baseline]
+    cand = [c for c in pick if c["arm"] == candidate]
+    result: dict[str, Any] = {"metric": metric, "baseline_mean": None, "candidate_mean": None, "change_pct": None,
+                              "ci_low_pct": None, "ci_high_pct": None, "round_changes_pct": [],
+                              "rounds_same_direction": None}
+    if base:
+        result["baseline_mean"] = statistics.fmean(_metric(c, metric) for c in base)
+    if cand:
+        result["candidate_mean"] = statistics.fmean(_metric(c, metric) for c in cand)
+    result["change_pct"] = relative_change_pct(result["baseline_mean"], result["candidate_mean"])
+
+    has_rounds = any(c.get("round") is not None for c in pick)
+    rounds = sorted({c["round"] for c in pick if c.get("round") is not None})
+    complete = [r for r in rounds if any(c["round"] == r for c in base) and any(c["round"] == r for c in cand)]
+    for r in rounds:
+        result["round_changes_pct"].append(relative_change_pct(
+            _mean([_metric(c, metric) for c in base if c["round"] == r]),
+            _mean([_metric(c, metric) for c in cand if c["round"] == r])))
+
+    if len(base) < 2 or len(cand) < 2:
+        return {**result, "verdict": "insufficient-data",
+                "reason": f"{len(base)} baseline and {len(cand)} candidate cells with {metric}; need 2 each"}
+    if has_rounds and len(complete) < min_rounds:
+        return {**result, "verdict": "insufficient-data",
+                "reason": f"{len(complete)} round(s) with both arms; need {min_rounds}"}
+
+    if has_rounds:
+        base_strata = [[_metric(c, metric) for c in base if c["round"] == r] for r in complete]
+        cand_strata = [[_metric(c, metric) for c in cand if c["round"] == r] for r in complete]
+    else:
+        base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
+    changes = _bootstrap_change_pct(base_strata, cand_strata, resamples, np.random.default_rng(seed))
+    tail = (1 - confidence) / 2 * 100
+    low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
+    result["ci_low_pct"], result["ci_high_pct"] = low, high
+
+    round_changes = [v for v in result["round_changes_pct"] if v is not None]
+    all_down, all_up = all(v < 0 for v in round_changes), all(v > 0 for v in round_changes)
+    result["rounds_same_direction"] = all_down or all_up if round_changes else None
+    interval = f"{confidence * 100:g}% CI [{low:+.3f}%, {high:+.3f}%]"
+    if high < -threshold_pct and all_down:
+        verdict, reason = "improved", f"{interval} is below -{threshold_pct:g}% and every round is faster"
+    elif low > threshold_pct and all_up:
+        verdict, reason = "regressed", f"{interval} is above +{threshold_pct:g}% and every round is slower"
+    elif high < -threshold_pct or low > threshold_pct:
+        verdict, reason = "no-significant-change", f"{interval} clears the threshold but the rounds disagree"
+    else:
+        verdict, reason = "no-significant-change", f"{interval} overlaps the +/-{threshold_pct:g}% band"
+    return {**result, "verdict": verdict, "reason": reason}
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _change_of(base: Mapping[str, Any], cand: Mapping[str, Any]) -> dict[str, Any]:
+    b, c = base.get("mean"), cand.get("mean")
+    return {"baseline_mean_ms": b, "candidate_mean_ms": c,
+            "change_ms": None if b is None or c is None else c - b, "change_pct": relative_change_pct(b, c)}
+
+
+def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, arms: Mapping[str, Any], *,
+                 threshold_pct: float = DEFAULT_THRESHOLD_PCT, primary_metric: str = "e2e_ms",
+                 resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                 confidence: float = DEFAULT_CONFIDENCE, min_rounds: int = DEFAULT_MIN_ROUNDS) -> dict[str, Any]:
+    """The bench-report.v1 ``comparison``: ``arms`` are the two arm_summary() results (their discards apply)."""
+    discarded = sorted(arms[baseline]["discarded_cells"] + arms[candidate]["discarded_cells"])
+    options = dict(threshold_pct=threshold_pct, resamples=resamples, seed=seed, confidence=confidence,
+                   min_rounds=min_rounds, exclude=discarded)
+    metrics = {m: metric_change(cells, baseline, candidate, m, **options) for m in METRICS}
+    pick = [c for c in used_cells(cells) if c["index"] not in discarded]
+    rounds = []
+    for r in sorted({c["round"] for c in pick if c.get("round") is not None}):
+        base = [c for c in pick if c["round"] == r and c["arm"] == baseline]
+        cand = [c for c in pick if c["round"] == r and c["arm"] == candidate]
+        rounds.append({"round": r, "baseline_cells": [c["index"] for c in base],
+                       "candidate_cells": [c["index"] for c in cand],
+                       **{f"{m[:-3]}_change_pct": relative_change_pct(_mean([_metric(c, m) for c in base]),
+                                                                      _mean([_metric(c, m) for c in cand]))
+                          for m in METRICS}})
+    b_arm, c_arm = arms[baseline], arms[candidate]
+    stage_names = list(dict.fromkeys([*b_arm["stages"], *c_arm["stages"]]))
+    empty = describe([])
+    kinds = {k for k in (b_arm["memory_kind"], c_arm["memory_kind"]) if k}
+    b_peak, c_peak = b_arm["peak_memory_mb"]["max"], c_arm["peak_memory_mb"]["max"]
+    sources = sorted({c["perf"]["peak_memory_source"] for c in pick
+                      if c["arm"] in (baseline, candidate) and c["perf"].get("peak_memory_source")})
+    return {
+        "baseline_arm": baseline, "candidate_arm": candidate, "threshold_pct": threshold_pct,
+        "primary_metric": primary_metric, "verdict": metrics[primary_metric]["verdict"],
+        "rule": decision_rule(threshold_pct, confidence, min_rounds), "min_rounds": min_rounds,
+        "bootstrap": {"method": BOOTSTRAP_METHOD, "resamples": resamples, "seed": seed, "confidence": confidence},
+        "metrics": metrics,
+        "rounds": rounds,
+        "stages": {n: _change_of(b_arm["stages"].get(n, empty), c_arm["stages"].get(n, empty)) for n in stage_names},
+        "steps": {m: _change_of(b_arm[m], c_arm[m]) for m in ("step0_ms", "steady_step_mean_ms")},
+        "memory": {"memory_kind": kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None),
+                   "baseline_peak_mb": b_peak, "candidate_peak_mb": c_peak,
+                   "change_mb": None if b_peak is None or c_peak is None else c_peak - b_peak,
+                   "change_pct": relative_change_pct(b_peak, c_peak), "sources": sources},
+        "discarded_cells": discarded,
+    }
+
+
+def summarize(cells: Sequence[Mapping[str, Any]], arm_names: Sequence[str], baseline: str | None = None,
+              candidate: str | None = None, *, discard_outliers: bool = False, **options: Any) -> dict[str, Any]:
+    """``summary.arms`` and ``summary.comparison`` of a bench-report.v1 (output_quality is quality.py's)."""
+    arms = {a: arm_summary(cells, a, discard_outliers) for a in arm_names}
+    comparison = None
+    if baseline is not None and candidate is not None:
+        comparison = compare_arms(cells, baseline, candidate, arms, **options)
+    return {"arms": arms, "comparison": comparison}
