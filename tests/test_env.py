@@ -179,3 +179,25 @@ def test_real_nvml_inventory_on_a_gpu_machine(tmp_path):
     run = run_script("diffusion_skill_env", "lease", "--count", "1", "--lock-dir", str(tmp_path), "--json", "--",
                      sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
     assert run.returncode == 0 and run.document["uuids"][0].startswith("GPU-")
+
+
+def test_driver_reserved_memory_does_not_make_an_idle_gpu_busy():
+    # Seen on a lent H200: 618 MiB "used" in NVML's v1 memory info with no process at all.
+    h200_idle = FakeDevice("GPU-a", used_mib=0, reserved_mib=618)
+    g = gpu.read_inventory(FakeNvml([h200_idle])).gpus[0]
+    assert (g.memory_used_bytes, g.memory_reserved_bytes) == (0, 618 << 20) and gpu.is_idle(g)
+    old_driver = FakeDevice("GPU-b", used_mib=10, reserved_mib=None)
+    g = gpu.read_inventory(FakeNvml([old_driver])).gpus[0]
+    assert g.memory_reserved_bytes is None and g.memory_used_bytes == 10 << 20 and gpu.is_idle(g)
+
+
+def test_recorded_h200_inspect_document_still_validates():
+    """`inspect --json` as printed on a lent H200 (NVML memory v2: 3.25 MiB used, 615 MiB driver-reserved)."""
+    from conftest import TEST_FIXTURES
+
+    doc = json.loads((TEST_FIXTURES / "env" / "h200-inspect.json").read_text())
+    assert contract.validation_errors(doc) == []
+    h200 = doc["gpus"][0]
+    assert h200["name"] == "NVIDIA H200" and h200["memory_reserved_bytes"] > 600 << 20
+    assert gpu.is_idle(env._as_gpu(h200))
+    assert "gpu.no_idle" not in {p["code"] for p in doc["problems"]}

@@ -250,6 +250,7 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
 
 def _as_gpu(doc: dict[str, Any]) -> gpu.Gpu:
     return gpu.Gpu(index=doc["index"], uuid=doc["uuid"], name=doc["name"],
-                   memory_used_bytes=doc["memory_used_bytes"], memory_total_bytes=doc["memory_total_bytes"],
+                   memory_used_bytes=doc["memory_used_bytes"], memory_reserved_bytes=doc["memory_reserved_bytes"],
+                   memory_total_bytes=doc["memory_total_bytes"],
                    utilization_pct=doc["utilization_pct"], mig_mode=doc["mig_mode"],
                    processes=tuple(gpu.GpuProcess(**p) for p in doc["processes"]))

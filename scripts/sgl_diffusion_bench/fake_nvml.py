@@ -16,6 +16,7 @@ class FakeDevice:
     uuid: str
     name: str = "NVIDIA H200"
     used_mib: int | None = 0  # None: NVML reports "not supported" ([N/A] in nvidia-smi)
+    reserved_mib: int | None = None  # driver-reserved memory; None: the driver has no memory v2 API
     total_mib: int = 143771
     util: int | None = 0
     mig: bool | None = False  # None: the GPU does not support MIG
@@ -52,10 +53,19 @@ class FakeNvml:
     def nvmlDeviceGetName(self, dev):
         return dev.name
 
-    def nvmlDeviceGetMemoryInfo(self, dev):
+    nvmlMemory_v2 = 0x02000028
+
+    def nvmlDeviceGetMemoryInfo(self, dev, version=None):
         if dev.used_mib is None:
             raise NVMLError("Not Supported")
-        return SimpleNamespace(used=dev.used_mib << 20, total=dev.total_mib << 20, free=(dev.total_mib - dev.used_mib) << 20)
+        if version is not None:
+            if dev.reserved_mib is None:
+                raise NVMLError("Function Not Found")
+            return SimpleNamespace(used=dev.used_mib << 20, reserved=dev.reserved_mib << 20, total=dev.total_mib << 20,
+                                   free=(dev.total_mib - dev.used_mib - dev.reserved_mib) << 20)
+        # v1 counts the driver's reservation as used, as real NVML does.
+        used = dev.used_mib + (dev.reserved_mib or 0)
+        return SimpleNamespace(used=used << 20, total=dev.total_mib << 20, free=(dev.total_mib - used) << 20)
 
     def nvmlDeviceGetUtilizationRates(self, dev):
         if dev.util is None:

@@ -35,7 +35,8 @@ class Gpu:
     index: int
     uuid: str
     name: str
-    memory_used_bytes: int | None
+    memory_used_bytes: int | None  # allocated by processes; driver-reserved memory excluded where NVML can tell
+    memory_reserved_bytes: int | None  # held by the driver itself (NVML memory v2); None on older drivers
     memory_total_bytes: int | None
     utilization_pct: int | None
     mig_mode: str | None  # "enabled" | "disabled" | None when the GPU does not support MIG
@@ -88,7 +89,7 @@ def read_inventory(nvml=None) -> Inventory:
         gpus = []
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            memory = _maybe(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
+            memory = _memory_info(nvml, handle)
             util = _maybe(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
             mig = _maybe(nvml, nvml.nvmlDeviceGetMigMode, handle)
             procs = _maybe(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
@@ -97,6 +98,7 @@ def read_inventory(nvml=None) -> Inventory:
                 uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                 name=_text(_maybe(nvml, nvml.nvmlDeviceGetName, handle) or "unknown"),
                 memory_used_bytes=int(memory.used) if memory is not None else None,
+                memory_reserved_bytes=int(memory.reserved) if getattr(memory, "reserved", None) is not None else None,
                 memory_total_bytes=int(memory.total) if memory is not None else None,
                 utilization_pct=int(util.gpu) if util is not None else None,
                 mig_mode=None if mig is None else ("enabled" if mig[0] else "disabled"),
@@ -107,6 +109,18 @@ def read_inventory(nvml=None) -> Inventory:
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
+
+
+def _memory_info(nvml, handle):
+    """Memory v2 when the driver has it: an idle H200 shows ~620 MiB "used" in v1 that is the driver's own
+    reservation, which would make every idle GPU look busy under a 32 MiB threshold."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except (nvml.NVMLError, TypeError):
+            pass
+    return _maybe(nvml, nvml.nvmlDeviceGetMemoryInfo, handle)
 
 
 def _process_memory(proc) -> int | None:
