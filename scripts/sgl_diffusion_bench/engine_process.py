@@ -1,0 +1,158 @@
+"""Run one engine process (``sglang generate`` and the like) and watch its log as it happens.
+
+Generic on purpose: what a line means is the caller's business (``on_line``); this module only streams, records
+and stops. The engine gets its own session so that stopping it also stops the worker processes it spawned, and
+every line reaches the log file (redacted, flushed) before anyone acts on it, so nothing is lost on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, TextIO
+
+from . import contract
+from .cpu_adapter import sgl_cpu_adapter
+
+ADAPTER_DIR = Path(__file__).resolve().parent / "cpu_adapter"
+STOP_GRACE_S = 5.0
+TIMEOUT_REASON = "timeout"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineRun:
+    returncode: int | None  # None only if the process could not be reaped after SIGKILL
+    wall_s: float
+    stop_reason: str | None  # why we stopped it (on_line's reason or "timeout"); None if it exited by itself
+    stop_line: str | None  # the log line that triggered the stop
+    stopped_after_s: float | None  # seconds from start to the stop decision
+    log_path: Path
+    interrupted: bool = False  # Ctrl-C: set on the copy attached to the re-raised KeyboardInterrupt (.engine_run)
+
+
+def sglang_cli() -> list[str]:
+    """The ``sglang`` console script beside this interpreter; else the same entry point through ``python -c``.
+
+    0.5.10.post1's ``sglang.cli.main`` has no ``__main__`` guard, so ``python -m sglang.cli.main`` would do nothing.
+    """
+    script = Path(sys.executable).parent / "sglang"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from sglang.cli.main import main; sys.exit(main())"]
+
+
+def cpu_adapter_env(base: dict[str, str], disable: Iterable[str] = ()) -> dict[str, str]:
+    """``base`` with the CPU adapter first on PYTHONPATH, the hub offline, and the named adapter patches off."""
+    disabled = sgl_cpu_adapter.parse_disabled(",".join(disable))  # raises ValueError on an unknown id
+    child = dict(base)
+    rest = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ADAPTER_DIR)]
+    child["PYTHONPATH"] = os.pathsep.join([str(ADAPTER_DIR), *rest])
+    child["HF_HUB_OFFLINE"] = "1"
+    if disabled:
+        child[sgl_cpu_adapter.DISABLE_ENV] = ",".join(p for p in sgl_cpu_adapter.PATCHES if p in disabled)
+    else:
+        child.pop(sgl_cpu_adapter.DISABLE_ENV, None)
+    return child
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it; another process may still take it later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_args() -> list[str]:
+    """``--master-port``/``--scheduler-port`` with fresh free ports: the defaults (30005, 5555+random) collide
+    between concurrent runs, since 0.5.10.post1 only checks availability at parse time."""
+    master, scheduler = free_port(), free_port()
+    while scheduler == master:
+        scheduler = free_port()
+    return ["--master-port", str(master), "--scheduler-port", str(scheduler)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the whole process group (workers included), give it ``grace_s``, then SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and (process.poll() is None or _group_alive(process.pid)):
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+
+
+def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
+               on_line: Callable[[str], str | None] | None = None, timeout_s: float | None = None,
+               echo: TextIO | None = None, cwd: Path | None = None) -> EngineRun:
+    """Run ``argv`` to completion, or until ``on_line`` returns a reason, ``timeout_s`` passes, or Ctrl-C."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    secrets = contract.secret_values() + contract.secret_values(env)
+    start = time.monotonic()
+    stop: dict[str, object] = {}
+    decided = threading.Event()
+
+    def decide(reason: str, line: str | None) -> None:
+        if not decided.is_set():
+            stop.update(reason=reason, line=line, after_s=time.monotonic() - start)
+            decided.set()
+
+    with open(log_path, "w", encoding="utf-8", errors="replace") as log:
+        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, text=True,
+                                   encoding="utf-8", errors="replace", bufsize=1)
+        timer = threading.Timer(timeout_s, lambda: (decide(TIMEOUT_REASON, None), _stop_group(process))) \
+            if timeout_s is not None else None
+        try:
+            if timer:
+                timer.daemon = True
+                timer.start()
+            for raw in process.stdout:
+                line = contract.redact(raw.rstrip("\n"), secrets)
+                log.write(line + "\n")
+                log.flush()
+                if echo is not None:
+                    print(line, file=echo, flush=True)
+                reason = on_line(line) if on_line is not None and not decided.is_set() else None
+                if reason:
+                    decide(reason, line)
+                    _stop_group(process)
+                    break
+            process.wait()
+        except KeyboardInterrupt as interrupt:
+            _stop_group(process)
+            log.write("[run_engine] interrupted (Ctrl-C): engine process group stopped\n")
+            interrupt.engine_run = EngineRun(  # type: ignore[attr-defined]  # what ran, for the caller's record
+                returncode=process.returncode, wall_s=time.monotonic() - start, stop_reason="interrupted",
+                stop_line=None, stopped_after_s=time.monotonic() - start, log_path=log_path, interrupted=True)
+            raise
+        finally:
+            if timer:
+                timer.cancel()
+            if process.poll() is None:
+                _stop_group(process)
+            process.stdout.close()
+        if decided.is_set():
+            log.write(f"[run_engine] stopped after {stop['after_s']:.2f} s: {stop['reason']}\n")
+    return EngineRun(returncode=process.returncode, wall_s=time.monotonic() - start,
+                     stop_reason=stop.get("reason"), stop_line=stop.get("line"),
+                     stopped_after_s=stop.get("after_s"), log_path=log_path)

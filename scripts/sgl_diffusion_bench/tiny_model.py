@@ -1,0 +1,127 @@
+"""A tiny random-weight FLUX.1 pipeline in diffusers format, built locally (no hub), so the real engine runs on CPU.
+
+The directory name decides how sglang 0.5.10.post1 resolves it: a basename containing "FLUX.1" resolves to the
+native FLUX.1 config (``tiny-FLUX.1-dev``); any other name (``tinyflux``) does not, which makes ``--backend auto``
+fall back to diffusers and ``--backend sglang`` fail. Builds are deterministic, byte for byte (fixed seeds, a
+hand-made tokenizer vocabulary), and atomic: built in a temporary sibling directory, then renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import engine_process, env
+
+NATIVE_NAME = "tiny-FLUX.1-dev"
+UNRESOLVED_NAME = "tinyflux"
+CACHE_ENV = "SGL_DIFFUSION_TINY_MODEL_DIR"
+CLIP_HIDDEN = 32  # == FluxTransformer2DModel.pooled_projection_dim
+T5_D_MODEL = 32  # == FluxTransformer2DModel.joint_attention_dim
+LATENT_CHANNELS = 4  # FLUX packs 2x2 latent patches: transformer in_channels == 4 * latent_channels
+ROPE_AXES = (4, 6, 6)  # sums to attention_head_dim
+CLIP_MERGES = [("a", "t</w>"), ("c", "at</w>"), ("o", "g</w>"), ("d", "og</w>")]
+T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
+
+
+def default_cache_dir() -> Path:
+    """$SGL_DIFFUSION_TINY_MODEL_DIR, else <work root>/.cache/tiny-models."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return env.work_root()[0] / ".cache" / "tiny-models"
+
+
+def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> Path:
+    """The tiny FLUX.1 directory ``<cache_dir>/<name>``, built if missing; pass UNRESOLVED_NAME for fallback tests."""
+    target = Path(cache_dir or default_cache_dir()) / name
+    if (target / "model_index.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.building-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the model is meant to be shared like any cache entry
+    try:
+        _build_in_subprocess(staging)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process finished first: keep its copy
+            if not (target / "model_index.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _build_in_subprocess(out_dir: Path) -> None:
+    """Build in a child Python: importing diffusers needs the CPU adapter's b0 here (CUDA torchvision beside CPU
+    torch), and torch/diffusers imports (~5 s, ~500 MB) should not stay in the caller."""
+    code = "import sys, pathlib; from sgl_diffusion_bench.tiny_model import build_tiny_flux; " \
+           "build_tiny_flux(pathlib.Path(sys.argv[1]))"
+    child_env = engine_process.cpu_adapter_env(dict(os.environ))
+    child_env["PYTHONPATH"] += os.pathsep + str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, "-c", code, str(out_dir)], env=child_env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the tiny FLUX model failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2/CLIP byte-to-unicode table: printable stand-ins for all 256 bytes, in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    extra = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+def _clip_tokenizer():
+    from transformers import CLIPTokenizer
+    chars = _byte_chars()
+    tokens = chars + [c + "</w>" for c in chars] + ["".join(pair) for pair in CLIP_MERGES] + \
+        ["<|startoftext|>", "<|endoftext|>"]
+    return CLIPTokenizer(vocab={token: i for i, token in enumerate(tokens)}, merges=list(CLIP_MERGES),
+                         model_max_length=77)
+
+
+def _t5_tokenizer():
+    from transformers import T5Tokenizer
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
+    pieces += [("▁" + word, -3.0 - i * 0.1) for i, word in enumerate(T5_WORDS)]
+    pieces += [(chr(c), -8.0) for c in range(ord("a"), ord("z") + 1)]
+    return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=512)
+
+
+def build_tiny_flux(out_dir: Path) -> None:
+    """Write the pipeline into ``out_dir`` (existing, empty); every component seeded so rebuilds are identical."""
+    import torch
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    tokenizer, tokenizer_2 = _clip_tokenizer(), _t5_tokenizer()
+    torch.manual_seed(0)
+    text_encoder = CLIPTextModel(CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=CLIP_HIDDEN, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=77, projection_dim=CLIP_HIDDEN,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
+    torch.manual_seed(1)
+    text_encoder_2 = T5EncoderModel(T5Config(
+        vocab_size=len(tokenizer_2), d_model=T5_D_MODEL, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        feed_forward_proj="gated-gelu", relative_attention_num_buckets=8, decoder_start_token_id=0))
+    torch.manual_seed(2)
+    transformer = FluxTransformer2DModel(
+        patch_size=1, in_channels=4 * LATENT_CHANNELS, num_layers=1, num_single_layers=1,
+        attention_head_dim=sum(ROPE_AXES), num_attention_heads=2, joint_attention_dim=T5_D_MODEL,
+        pooled_projection_dim=CLIP_HIDDEN, guidance_embeds=True, axes_dims_rope=ROPE_AXES)
+    torch.manual_seed(3)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 8, 8, 8), layers_per_block=1,
+        latent_channels=LATENT_CHANNELS, norm_num_groups=4, sample_size=32, scaling_factor=0.3611,
+        shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False)
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=256, base_shift=0.5, max_image_seq_len=4096, max_shift=1.15, shift=3.0,
+        use_dynamic_shifting=True)
+    pipeline = FluxPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                            text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, transformer=transformer)
+    pipeline.save_pretrained(out_dir)
