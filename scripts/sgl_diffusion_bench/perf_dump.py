@@ -75,6 +75,7 @@ class PerfMetrics:
             "denoise_source": self.denoise_source,
             "denoise_stage_names": list(self.denoise_stage_names),
             "stages": dict(self.stages),
+            "stage_order": [name for name, _ in self.stages],
             "denoise_steps_ms": list(self.denoise_steps_ms),
             "step0_ms": self.step0_ms,
             "steady_step_mean_ms": self.steady_step_mean_ms,

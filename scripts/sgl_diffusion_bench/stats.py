@@ -86,7 +86,7 @@ def find_outliers(cells: Sequence[Mapping[str, Any]], arm: str, z_threshold: flo
 
 
 def _stage_medians(cells: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    names = {n for c in cells for n in c["perf"]["stages"]}
+    names = {n for c in cells for n in c["perf"]["stages"]}  # a set: order does not matter here
     return {n: statistics.median(c["perf"]["stages"][n] for c in cells if n in c["perf"]["stages"])
             for n in names}
 
@@ -111,7 +111,7 @@ def arm_summary(cells: Sequence[Mapping[str, Any]], arm: str, discard_outliers: 
     for o in outliers:
         o["discarded"] = o["cell"] in discarded
     used = [c for c in used_cells(cells, arm) if c["index"] not in discarded]
-    stage_names = list(dict.fromkeys(n for c in used for n in c["perf"]["stages"]))
+    stage_names = list(dict.fromkeys(n for c in used for n in c["perf"].get("stage_order", c["perf"]["stages"])))
     kinds = {c["perf"]["memory_kind"] for c in used if c["perf"].get("peak_memory_mb") is not None}
     return {
         "arm": arm,

@@ -1,0 +1,169 @@
+"""Compare perf dumps: N files against the first (like upstream compare_perf.py), or a baseline group against a
+candidate group with the campaign statistics (stats.py). Produces the ``compare.v1`` payload and its Markdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import perf_dump, stats
+
+# Single-sample markers, as upstream compare_perf.py: e2e +-2 %; a stage moves when it changes by more than both
+# 10 % and 120 ms. They are indicative only: one dump per side carries no noise estimate.
+E2E_MARK_PCT = 2.0
+STAGE_MARK_FRACTION = 0.10
+STAGE_MARK_MS = 120.0
+
+
+def load_group(paths: Sequence[str | Path], arm: str, memory_kind: str, start_index: int = 0
+               ) -> list[dict[str, Any]]:
+    """Dumps as bench-report-shaped cells (no rounds), so the campaign statistics apply unchanged."""
+    cells = []
+    for offset, path in enumerate(paths):
+        perf = perf_dump.load_perf_dump(path, memory_kind)
+        cells.append({"index": start_index + offset, "arm": arm, "round": None, "position": None, "status": "valid",
+                      "path": str(path), "perf": perf.to_json()})
+    return cells
+
+
+def _row(baseline: float | None, candidate: float | None, kind: str) -> dict[str, Any]:
+    diff = None if baseline is None or candidate is None else candidate - baseline
+    pct = stats.relative_change_pct(baseline, candidate)
+    status = None
+    if diff is not None and kind == "e2e":
+        status = "faster" if pct < -E2E_MARK_PCT else "slower" if pct > E2E_MARK_PCT else "same"
+    elif diff is not None and kind == "stage":
+        if candidate > max(baseline * (1 + STAGE_MARK_FRACTION), baseline + STAGE_MARK_MS):
+            status = "slower"
+        elif candidate < min(baseline * (1 - STAGE_MARK_FRACTION), baseline - STAGE_MARK_MS):
+            status = "faster"
+        else:
+            status = "same"
+    return {"baseline": baseline, "candidate": candidate, "diff": diff, "change_pct": pct, "status": status}
+
+
+def compare_cells(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, *,
+                  discard_outliers: bool = False, **options: Any) -> dict[str, Any]:
+    """One comparison entry: mean-of-group rows for every figure, plus statistics when both groups have > 1."""
+    summary = stats.summarize(cells, [baseline, candidate], baseline, candidate,
+                              discard_outliers=discard_outliers, **options)
+    b, c = summary["arms"][baseline], summary["arms"][candidate]
+    mean = lambda arm, key: arm[key]["mean"]  # noqa: E731
+    stage_names = list(dict.fromkeys([*b["stages"], *c["stages"]]))
+    return {
+        "baseline": baseline, "candidate": candidate, "n_baseline": b["n_used"], "n_candidate": c["n_used"],
+        "e2e_ms": _row(mean(b, "e2e_ms"), mean(c, "e2e_ms"), "e2e"),
+        "denoise_ms": _row(mean(b, "denoise_ms"), mean(c, "denoise_ms"), "e2e"),
+        "stages": [{"name": n, **_row(b["stages"].get(n, {}).get("mean"), c["stages"].get(n, {}).get("mean"),
+                                      "stage")} for n in stage_names],
+        "step0_ms": _row(mean(b, "step0_ms"), mean(c, "step0_ms"), "stage"),
+        "steady_step_mean_ms": _row(mean(b, "steady_step_mean_ms"), mean(c, "steady_step_mean_ms"), "stage"),
+        "peak_memory_mb": _row(b["peak_memory_mb"]["max"], c["peak_memory_mb"]["max"], "memory"),
+        "statistics": summary["comparison"] if b["n_used"] > 1 and c["n_used"] > 1 else None,
+        "arms": summary["arms"],
+    }
+
+
+def compare_files(paths: Sequence[str | Path], memory_kind: str, **options: Any) -> dict[str, Any]:
+    """compare_perf.py's mode: the first file is the baseline, every other file is compared with it."""
+    cells = [dict(cell, arm="baseline" if i == 0 else f"file{i}")
+             for i, cell in enumerate(load_group(paths, "", memory_kind))]
+    comparisons = [compare_cells([cells[0], cell], "baseline", cell["arm"], **options) for cell in cells[1:]]
+    return _payload("files", cells, comparisons, memory_kind, options)
+
+
+def compare_groups(baseline: Sequence[str | Path], candidate: Sequence[str | Path], memory_kind: str,
+                   **options: Any) -> dict[str, Any]:
+    cells = load_group(baseline, "baseline", memory_kind) + \
+        load_group(candidate, "candidate", memory_kind, start_index=len(baseline))
+    return _payload("groups", cells, [compare_cells(cells, "baseline", "candidate", **options)], memory_kind,
+                    options)
+
+
+def _payload(mode: str, cells: Sequence[Mapping[str, Any]], comparisons: list[dict[str, Any]], memory_kind: str,
+             options: Mapping[str, Any]) -> dict[str, Any]:
+    return {"mode": mode, "memory_kind": memory_kind,
+            "threshold_pct": options.get("threshold_pct", stats.DEFAULT_THRESHOLD_PCT),
+            "inputs": [{"index": c["index"], "group": c["arm"], "path": c["path"], "perf": c["perf"]}
+                       for c in cells],
+            "comparisons": comparisons}
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.3f}%"
+
+
+MARKS = {"faster": "faster", "slower": "SLOWER", "same": "~", None: ""}
+
+
+def render_markdown(payload: Mapping[str, Any]) -> str:
+    """Markdown for a compare.v1 payload: summary, stages, steps, memory, and statistics where there are any."""
+    lines = ["# Perf dump comparison", ""]
+    files = payload["inputs"]
+    memory_label = "process RSS (CPU adapter, not device memory)" if payload["memory_kind"] == "process_rss" \
+        else "device memory"
+    for cmp in payload["comparisons"]:
+        base_paths = [f["path"] for f in files if f["group"] == cmp["baseline"]]
+        cand_paths = [f["path"] for f in files if f["group"] == cmp["candidate"]]
+        lines += [f"## {cmp['candidate']} vs {cmp['baseline']}", "",
+                  f"Baseline ({cmp['n_baseline']}): " + ", ".join(f"`{p}`" for p in base_paths),
+                  f"Candidate ({cmp['n_candidate']}): " + ", ".join(f"`{p}`" for p in cand_paths), ""]
+        kind = "mean " if max(cmp["n_baseline"], cmp["n_candidate"]) > 1 else ""
+        lines += ["### 1. High-level summary", "",
+                  f"| Metric | Baseline {kind}| Candidate {kind}| Diff | Change | Mark |", "|---|---:|---:|---:|---:|---|"]
+        for label, key, scale, unit in (("E2E", "e2e_ms", 1000, "s"), ("Denoise", "denoise_ms", 1000, "s"),
+                                        ("Step 0", "step0_ms", 1, "ms"),
+                                        ("Steady step (mean of steps >= 1)", "steady_step_mean_ms", 1, "ms")):
+            row = cmp[key]
+            digits = 6 if unit == "s" else 3
+            scaled = [None if row[k] is None else row[k] / scale for k in ("baseline", "candidate", "diff")]
+            lines.append(f"| {label} ({unit}) | {_fmt(scaled[0], digits)} | {_fmt(scaled[1], digits)} | "
+                         f"{_fmt(scaled[2], digits)} | {_pct(row['change_pct'])} | {MARKS[row['status']]} |")
+        mem = cmp["peak_memory_mb"]
+        lines.append(f"| Peak memory, {memory_label} (MiB, max) | {_fmt(mem['baseline'], 2)} | "
+                     f"{_fmt(mem['candidate'], 2)} | {_fmt(mem['diff'], 2)} | {_pct(mem['change_pct'])} | |")
+        lines += ["", "### 2. Stage breakdown (ms)", "", "| Stage | Baseline | Candidate | Diff | Change | Mark |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for row in cmp["stages"]:
+            lines.append(f"| {row['name']} | {_fmt(row['baseline'])} | {_fmt(row['candidate'])} | "
+                         f"{_fmt(row['diff'])} | {_pct(row['change_pct'])} | {MARKS[row['status']]} |")
+        lines.append("")
+        st = cmp["statistics"]
+        if st is None:
+            lines += ["Marks are single-sample indications (E2E/denoise +-2 %; a stage moves when it changes by "
+                      "more than both 10 % and 120 ms), not significance: give several dumps per side "
+                      "(`--baseline ... --candidate ...`) for statistics.", ""]
+            continue
+        lines += ["### 3. Statistics", ""] + render_statistics(st, cmp["arms"]) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) -> list[str]:
+    """The verdict block shared by compare and the bench report."""
+    lines = ["| Metric | Baseline mean (s) | Candidate mean (s) | Change | 95% CI | Verdict |",
+             "|---|---:|---:|---:|---|---|"]
+    for key, label in (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")):
+        m = comparison["metrics"][key]
+        ci = "n/a" if m["ci_low_pct"] is None else f"[{m['ci_low_pct']:+.3f}%, {m['ci_high_pct']:+.3f}%]"
+        lines.append(f"| {label} | {_fmt(_s(m['baseline_mean']), 6)} | {_fmt(_s(m['candidate_mean']), 6)} | "
+                     f"{_pct(m['change_pct'])} | {ci} | {m['verdict']} |")
+    primary = comparison["metrics"][comparison["primary_metric"]]
+    lines += ["", f"**Verdict ({comparison['primary_metric']}, threshold {comparison['threshold_pct']:g}%): "
+                  f"{comparison['verdict']}** — {primary['reason']}.",
+              f"Rule: {comparison['rule']} Interval: {comparison['bootstrap']['method']}, "
+              f"{comparison['bootstrap']['resamples']} resamples, seed {comparison['bootstrap']['seed']}."]
+    for name in (comparison["baseline_arm"], comparison["candidate_arm"]):
+        dist = arms[name]["e2e_ms"]
+        if dist["n"]:
+            cv = "n/a" if dist["cv_pct"] is None else f"{dist['cv_pct']:.3f}%"
+            lines.append(f"- {name}: n={dist['n']}, E2E median {_fmt(_s(dist['median']), 6)} s, CV {cv}, "
+                         f"range {_fmt(_s(dist['min']), 6)}–{_fmt(_s(dist['max']), 6)} s")
+    return lines
+
+
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000

@@ -1,0 +1,320 @@
+"""Render a bench-report.v1 document as PR evidence: Markdown in the style of sglang PR #38591 (run-order table,
+means, per-round changes, outliers, memory, output hashes, reproduce commands, environment) and a PNG plot of every
+cell's E2E and denoise by run order and arm. Everything shown comes from the document; nothing is recomputed."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import perf_compare
+
+MARKDOWN_NAME = "bench-report.md"
+PLOT_NAME = "bench-report.png"
+
+
+def _s(ms: float | None) -> str:
+    return "" if ms is None else f"{ms / 1000:.6f}"
+
+
+def _gib(mb: float | None) -> str:
+    return "n/a" if mb is None else f"{mb / 1024:.3f} GiB"
+
+
+def _arm_title(name: str, spec: Mapping[str, Any]) -> str:
+    return name if not spec.get("letter") else f"{name} ({spec['letter']})"
+
+
+def _round_label(cell: Mapping[str, Any]) -> str:
+    if cell.get("round") is None:
+        return cell.get("position") or f"cell {cell['index']}"
+    return f"Round {cell['round']} — {cell.get('position') or cell['arm']}"
+
+
+def arm_order(doc: Mapping[str, Any]) -> list[str]:
+    """Baseline first, then candidate, then the order arms first run (the JSON's object keys are sorted)."""
+    campaign = doc["campaign"]
+    named = [campaign.get("baseline_arm"), campaign.get("candidate_arm"),
+             *(o["arm"] for o in campaign["order"]), *(c["arm"] for c in doc["cells"]), *campaign["arms"]]
+    return [a for a in dict.fromkeys(named) if a in campaign["arms"]]
+
+
+def _stage_order(doc: Mapping[str, Any], names) -> list[str]:
+    executed = [n for c in doc["cells"] if c.get("perf") for n in c["perf"].get("stage_order", [])]
+    return [n for n in dict.fromkeys([*executed, *names]) if n in names]
+
+
+def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -> str:
+    campaign, summary, cells = doc["campaign"], doc["summary"], doc["cells"]
+    arms = arm_order(doc)
+    comparison = summary.get("comparison")
+    lines = [f"## Benchmark: {campaign['label']}", ""]
+    lines += [f"- Mode {campaign['mode']}, {campaign['rounds']} round(s), preset `{campaign.get('preset') or '-'}`; "
+              f"{sum(1 for c in cells if c['status'] == 'valid')} of {len(cells)} cells valid."]
+    for name in arms:
+        spec = campaign["arms"][name]
+        extra = " ".join(spec.get("extra_args") or []) or "no extra args"
+        lines.append(f"- Arm {_arm_title(name, spec)}: {spec['description']}; quality {spec.get('quality') or 'default'}"
+                     f", BCG {'on' if spec.get('bcg') else 'off'}; `{extra}`.")
+    lines.append("- E2E is the engine's warmed request duration from the perf dump (`total_duration_ms`); denoise "
+                 "sums the stages ending in DenoisingStage/RefinementStage (else the per-step records).")
+    lines += ["", *_run_order_table(cells, arms), ""]
+    for paragraph in [*_changes(comparison), *_outliers(summary, arms), *_memory(comparison, summary, arms)]:
+        lines += [paragraph, ""]
+    if comparison is not None:
+        lines += ["", "### Statistics", "", *perf_compare.render_statistics(comparison, summary["arms"])]
+        lines += ["", "### Stages (mean ms)", "", "| Stage | " + " | ".join(
+            [comparison["baseline_arm"], comparison["candidate_arm"]]) + " | Change |", "|---|---:|---:|---:|"]
+        for name in _stage_order(doc, comparison["stages"]):
+            row = comparison["stages"][name]
+            pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
+            lines.append(f"| {name} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
+        for key, label in (("step0_ms", "Step 0"), ("steady_step_mean_ms", "Steady step (mean of steps >= 1)")):
+            row = comparison["steps"][key]
+            pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
+            lines.append(f"| {label} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
+    lines += _invalid(cells)
+    lines += _output_quality(summary.get("output_quality"))
+    if plot_name:
+        lines += ["", f"![E2E and denoise of every cell by run order]({plot_name})"]
+    lines += _reproduce(doc)
+    lines += _environment(doc)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.3f}"
+
+
+def _run_order_table(cells, arms) -> list[str]:
+    """Run-order rows with per-arm columns, then the per-arm means over the valid cells."""
+    header = ["Run order", *[f"{a} E2E (s)" for a in arms], *[f"{a} denoise (s)" for a in arms]]
+    show_status = any(c["status"] != "valid" for c in cells)
+    if show_status:
+        header.append("Status")
+    table = ["| " + " | ".join(header) + " |",
+             "|---|" + "---:|" * (2 * len(arms)) + ("---|" if show_status else "")]
+    for cell in cells:
+        perf = cell.get("perf") or {}
+        values = [_s(perf.get(key)) if cell["arm"] == a else "" for key in ("e2e_ms", "denoise_ms") for a in arms]
+        if show_status:
+            values.append(cell["status"] + (f": {'; '.join(cell['reasons'])}" if cell["reasons"] else ""))
+        table.append("| " + " | ".join([_round_label(cell), *values]) + " |")
+    means = []
+    for key in ("e2e_ms", "denoise_ms"):
+        for a in arms:
+            vals = [c["perf"][key] for c in cells
+                    if c["arm"] == a and c["status"] == "valid" and c.get("perf") and c["perf"].get(key) is not None]
+            means.append(_s(sum(vals) / len(vals)) if vals else "n/a")
+    table.append("| Mean (valid cells) | " + " | ".join(means) + (" | |" if show_status else " |"))
+    return table
+
+
+def _changes(comparison) -> list[str]:
+    if comparison is None:
+        return []
+    lines, means = [], []
+    for key, label in (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")):
+        m = comparison["metrics"][key]
+        if m["change_pct"] is not None:
+            means.append(f"{label} {_s(m['baseline_mean'])} -> {_s(m['candidate_mean'])} s "
+                         f"({m['change_pct']:+.3f}%)")
+    if means:
+        lines.append(f"Means ({comparison['baseline_arm']} -> {comparison['candidate_arm']}): " + "; ".join(means) + ".")
+    for key, label in (("e2e_change_pct", "E2E"), ("denoise_change_pct", "denoise")):
+        changes = [(r["round"], r[key]) for r in comparison["rounds"] if r[key] is not None]
+        if not changes:
+            continue
+        if all(v < 0 for _, v in changes):
+            text = " and ".join(f"{-v:.3f}%" for _, v in changes)
+            lines.append(f"Per-round {label} reductions are {text} (rounds {', '.join(str(r) for r, _ in changes)}).")
+        else:
+            text = ", ".join(f"round {r} {v:+.3f}%" for r, v in changes)
+            lines.append(f"Per-round {label} changes (negative is faster): {text}.")
+    return lines
+
+
+def _outliers(summary, arms) -> list[str]:
+    lines = []
+    discarded = []
+    for arm in arms:
+        stats = summary["arms"].get(arm)
+        if not stats:
+            continue
+        discarded += stats["discarded_cells"]
+        for o in stats["outliers"]:
+            where = f"Round {o['round']} {o['position']}" if o["round"] is not None else f"cell {o['cell']}"
+            text = (f"{where} ({arm}, cell {o['cell']}) took {_s(o['value_ms'])} s E2E vs the arm median "
+                    f"{_s(o['arm_median_ms'])} s (robust z {o['robust_z']:+.1f})")
+            if o["attributed_stage"]:
+                share = "" if o["share_of_deviation"] is None else f", {o['share_of_deviation'] * 100:.0f}% of the gap"
+                text += (f"; it spent {o['stage_ms']:.3f} ms in {o['attributed_stage']} versus a median of "
+                         f"{o['stage_median_ms']:.3f} ms ({o['stage_delta_ms']:+.3f} ms{share})")
+            text += ". That sample was discarded." if o["discarded"] else ". That sample remains in the aggregate."
+            lines.append(text)
+    lines.append(f"Discarded samples: cells {', '.join(map(str, discarded))}." if discarded
+                 else "No samples were discarded.")
+    return lines
+
+
+def _memory(comparison, summary, arms) -> list[str]:
+    if comparison is not None:
+        mem = comparison["memory"]
+        if mem["baseline_peak_mb"] is None or mem["candidate_peak_mb"] is None:
+            return ["Peak memory: not measured in both arms."]
+        what = _memory_words(mem["memory_kind"], mem["sources"])
+        verb = "rises" if mem["change_mb"] > 0 else "falls" if mem["change_mb"] < 0 else "stays"
+        return [f"{what} {verb} from {_gib(mem['baseline_peak_mb'])} to {_gib(mem['candidate_peak_mb'])} "
+                f"({mem['change_pct']:+.3f}%, max over each arm's cells)."]
+    lines = []
+    for arm in arms:
+        s = summary["arms"].get(arm)
+        if s and s["peak_memory_mb"]["max"] is not None:
+            lines.append(f"{arm}: {_memory_words(s['memory_kind'], [])} {_gib(s['peak_memory_mb']['max'])}.")
+    return lines
+
+
+def _memory_words(kind: str | None, sources: list[str]) -> str:
+    if kind == "process_rss":
+        return "Peak process RSS (CPU adapter stand-in, not device memory)"
+    source = " (runtime_peak checkpoint)" if sources == ["runtime_peak"] else \
+        " (max over memory checkpoints)" if sources else ""
+    return f"Peak reserved device memory, rank 0{source},"
+
+
+def _invalid(cells) -> list[str]:
+    bad = [c for c in cells if c["status"] != "valid"]
+    if not bad:
+        return []
+    lines = ["", "### Cells not counted", ""]
+    for c in bad:
+        lines.append(f"- {_round_label(c)} ({c['arm']}, cell {c['index']}): {c['status']}"
+                     + (f" — {'; '.join(c['reasons'])}" if c["reasons"] else ""))
+    return lines
+
+
+def _output_quality(quality) -> list[str]:
+    lines = ["", "### Output comparison", ""]
+    if quality is None:
+        return lines + ["No outputs were recorded."]
+    for check in quality["checks"]:
+        if check["kind"] == "byte_identity":
+            n = sum(len(g["cells"]) for g in check["groups"])
+            arms = "/".join(check["arms"])
+            if check["identical"]:
+                lines.append(f"All {n} {arms} outputs are byte-identical: SHA-256 "
+                             f"{', '.join(check['groups'][0]['sha256s'])}.")
+            else:
+                lines.append(f"Lossless outputs ({arms}) are NOT byte-identical: {len(check['groups'])} distinct "
+                             f"hash set(s).")
+                for g in check["groups"]:
+                    lines.append(f"- {', '.join(s[:16] + '…' for s in g['sha256s'])}: cells "
+                                 f"{', '.join(map(str, g['cells']))} ({'/'.join(g['arms'])})")
+            if check["cells_without_outputs"]:
+                lines.append(f"Valid cells without outputs: {', '.join(map(str, check['cells_without_outputs']))}.")
+        else:
+            t = check["thresholds"]
+            lines.append(f"{check['arm']} (quality {check['quality'] or 'default'}) against cell "
+                         f"{check['reference']['cell']} ({check['reference']['arm']}): thresholds SSIM >= "
+                         f"{t['ssim_min']} and PSNR >= {t['psnr_min_db']} dB — {'pass' if check['passed'] else 'FAIL'}.")
+            lines += ["", "| Cell | SSIM | PSNR (dB) | Worst frame (SSIM) | Pass |", "|---|---:|---:|---|---|"]
+            for r in check["results"]:
+                psnr = "inf (identical)" if r["psnr_infinite"] else f"{r['psnr_db']:.4f}"
+                worst = r["worst_frame"]
+                lines.append(f"| {r['cell']} | {r['ssim']:.6f} | {psnr} | {worst['index']} ({worst['ssim']:.6f}) | "
+                             f"{'yes' if r['passed'] else 'NO'} |")
+            lines += [f"- {e}" for e in check["errors"]]
+    return lines
+
+
+def _reproduce(doc) -> list[str]:
+    lines = ["", "### Reproduce", ""]
+    reproduce = doc["plan"].get("reproduce") if isinstance(doc["plan"], dict) else None
+    commands = []
+    if isinstance(reproduce, list):
+        commands = [(r.get("arm", ""), r["command"]) for r in reproduce if isinstance(r, dict) and r.get("command")]
+    if not commands:
+        seen = set()
+        for cell in doc["cells"]:
+            if cell["arm"] not in seen and cell["argv"]:
+                seen.add(cell["arm"])
+                commands.append((cell["arm"], shlex.join(cell["argv"])))
+    for arm, command in commands:
+        lines += [f"{arm}:", "", "```bash", command, "```", ""]
+    note = doc["plan"].get("note") if isinstance(doc["plan"], dict) else None
+    if note:
+        lines.append(str(note))
+    return lines
+
+
+def _environment(doc) -> list[str]:
+    lines = ["", "### Environment", ""]
+    engine = doc.get("engine") or {}
+    if engine:
+        adapter = engine.get("adapter")
+        lines.append(f"- engine: {engine.get('version', 'unknown')} at {engine.get('path', 'unknown')}"
+                     + ("; CPU adapter active (patches: " + ", ".join(adapter.get("patches", [])) + ")"
+                        if isinstance(adapter, dict) and adapter.get("active") else ""))
+    for key, value in (doc.get("environment") or {}).items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value))
+        lines.append(f"- {key}: {value}")
+    return lines
+
+
+def render_plot(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Every cell's E2E and denoise (s) by run order, one colour per arm; rounds separated; outliers ringed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = doc["cells"]
+    arms = arm_order(doc)
+    outlier_cells = {o["cell"] for s in doc["summary"]["arms"].values() for o in s["outliers"]}
+    fig, axes = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for ax, key, label in ((axes[0], "e2e_ms", "E2E (s)"), (axes[1], "denoise_ms", "Denoise (s)")):
+        for i, arm in enumerate(arms):
+            points = [(n, c["perf"][key] / 1000) for n, c in enumerate(cells)
+                      if c["arm"] == arm and c["status"] == "valid" and c.get("perf") and c["perf"].get(key)]
+            if points:
+                ax.plot(*zip(*points), marker="o", linestyle="none", color=f"C{i}", label=arm)
+            ringed = [(n, c["perf"][key] / 1000) for n, c in enumerate(cells)
+                      if c["arm"] == arm and c["index"] in outlier_cells and c.get("perf") and c["perf"].get(key)]
+            if ringed:
+                ax.plot(*zip(*ringed), marker="o", markersize=14, markerfacecolor="none", linestyle="none",
+                        color="red")
+        for n, c in enumerate(cells):
+            if c["status"] != "valid":
+                ax.axvline(n, color="grey", linestyle=":", linewidth=1)
+        for n in range(1, len(cells)):
+            if cells[n].get("round") != cells[n - 1].get("round"):
+                ax.axvline(n - 0.5, color="black", linewidth=0.8, alpha=0.4)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    if any(c["status"] == "valid" for c in cells):
+        axes[0].legend(loc="best", fontsize="small")
+    axes[0].set_title(f"{doc['campaign']['label']}: every cell by run order (red ring = outlier, "
+                      f"dotted = not valid)", fontsize="medium")
+    axes[1].set_xticks(range(len(cells)))
+    axes[1].set_xticklabels([f"R{c['round']}\n{c.get('position') or ''}" if c.get("round") is not None
+                             else str(c["index"]) for c in cells], fontsize="small")
+    axes[1].set_xlabel("run order")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def render_report(report_doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, str]:
+    """Write the Markdown evidence and the plot into ``out_dir``; returns {"markdown": path, "plot": path}."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plot = render_plot(report_doc, out / PLOT_NAME)
+    markdown = out / MARKDOWN_NAME
+    markdown.write_text(render_markdown(report_doc, PLOT_NAME), encoding="utf-8")
+    return {"markdown": str(markdown), "plot": str(plot)}
