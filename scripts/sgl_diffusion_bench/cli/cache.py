@@ -54,10 +54,13 @@ def build_parser() -> _runner.Parser:
     return parser
 
 
-def handle(args: argparse.Namespace) -> _runner.Result:
+def handle(args: argparse.Namespace, remove: model_cache.Remover = model_cache.remove_entry) -> _runner.Result:
+    """Dispatch a subcommand; ``remove`` is the per-entry deletion a caller may wrap (tests inject a faulty one)."""
     if args.command is None:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
-    return {"prepare": _prepare, "preflight": _preflight, "cleanup": _cleanup, "verify": _verify}[args.command](args)
+    if args.command == "cleanup":
+        return _cleanup(args, remove)
+    return {"prepare": _prepare, "preflight": _preflight, "verify": _verify}[args.command](args)
 
 
 def _prepare(args: argparse.Namespace) -> _runner.Result:
@@ -82,7 +85,7 @@ def _preflight(args: argparse.Namespace) -> _runner.Result:
                                f"bytes, free: {result['free_bytes']} bytes)" + "".join(f"\n  {n}" for n in result["notes"]))
 
 
-def _cleanup(args: argparse.Namespace) -> _runner.Result:
+def _cleanup(args: argparse.Namespace, remove: model_cache.Remover) -> _runner.Result:
     if args.dry_run:
         plan = model_cache.plan_cleanup(args.root, args.child)
         doc = contract.envelope("cache-cleanup.v1", TOOL, dry_run=True, root=str(plan.root), child=str(plan.child),
@@ -92,11 +95,13 @@ def _cleanup(args: argparse.Namespace) -> _runner.Result:
     if not args.ledger:
         raise contract.UsageError("usage.ledger_required", "cleanup needs --ledger FILE (or --dry-run)",
                                   "pass --ledger outputs/cleanup.jsonl")
-    plan = model_cache.plan_cleanup(args.root, args.child)
-    entry = model_cache.cleanup_child_cache(args.root, args.child, args.reason, args.ledger, args.model, args.label)
+    entry = model_cache.cleanup_child_cache(args.root, args.child, args.reason, args.ledger, args.model, args.label,
+                                             remove=remove)
     doc = contract.envelope("cache-cleanup.v1", TOOL, ok=entry["ok"], dry_run=False, root=entry["root"],
-                            child=entry["cache_dir"], ledger=str(Path(args.ledger).resolve()), plan=plan.as_dict(),
-                            entry=entry)
+                            child=entry["cache_dir"], ledger=str(Path(args.ledger).resolve()), entry=entry,
+                            plan={"entry_count": entry["deletion"]["planned_entry_count"] - 1,
+                                  "before": entry["before"], "hf_scan": entry["hf_scan_before"],
+                                  "outside_link_count": entry["residual"]["outside_targets_checked"]})
     return _runner.Result(doc, render_entry(entry, args.ledger))
 
 
@@ -117,8 +122,7 @@ def render_entry(entry: dict, ledger: str) -> str:
 
 def _verify(args: argparse.Namespace) -> _runner.Result:
     result = model_cache.verify_ledger(args.ledger)
-    ok = result["residue_count"] == 0 and result["recorded_failures"] == 0
-    doc = contract.envelope("cache-verify.v1", TOOL, ok=ok, ledger=str(Path(args.ledger).resolve()), **result)
+    doc = contract.envelope("cache-verify.v1", TOOL, ok=result["residue_count"] == 0, ledger=str(Path(args.ledger).resolve()), **result)
     lines = [f"line {e['line']}: {e['cache_dir']} {e['status']} (recorded ok={e['recorded_ok']})"
              for e in result["entries"]]
     return _runner.Result(doc, "\n".join(lines + [f"{result['residue_count']} with residue"]))

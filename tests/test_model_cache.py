@@ -1,0 +1,409 @@
+"""model_cache on real trees: HF-cache-shaped seeds with real blobs and symlinks, hostile layouts, interrupted and
+faulty deletions. Every test checks what is on disk afterwards, not what the code says it did."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sgl_diffusion_bench import contract, model_cache, paths
+
+REV = "0123456789abcdef0123456789abcdef01234567"
+SAFETENSORS = b"\x0e\x00\x00\x00\x00\x00\x00\x00" + b'{"__meta__":1}' + b"\0" * 100
+
+
+def build_hf_repo(hub: Path, repo_id: str, files: dict[str, bytes], rev: str = REV) -> Path:
+    """models--org--name/{blobs/<hash>, snapshots/<rev>/<name> -> ../../blobs/<hash>, refs/main}, as HF writes it."""
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(rev)
+    for name, data in files.items():
+        blob = f"{abs(hash(data)):x}{len(data):x}"
+        (repo / "blobs" / blob).write_bytes(data)
+        link = repo / "snapshots" / rev / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(repo / "blobs" / blob, link.parent), link)
+    return repo
+
+
+@pytest.fixture
+def seed(tmp_path) -> Path:
+    """A read-only HF home: hub/ with a weight repo and a lock dir, made read-only like a shared cache."""
+    hub = tmp_path / "seed-home" / "hub"
+    build_hf_repo(hub, "org/flux-tiny", {"transformer/diffusion_pytorch_model.safetensors": SAFETENSORS,
+                                        "model_index.json": b'{"_class_name": "FluxPipeline"}',
+                                        "text_encoder/model.bin": b"PK\x03\x04" + b"\1" * 40})
+    (hub / ".locks" / "models--org--flux-tiny").mkdir(parents=True)
+    (hub / ".locks" / "models--org--flux-tiny" / "x.lock").write_text("")
+    (hub / "version.txt").write_text("1")
+    for dirpath, dirnames, filenames in os.walk(hub):
+        for name in filenames:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                p.chmod(0o444)
+    return hub.parent
+
+
+def content_hash(path: Path) -> str:
+    return model_cache.fingerprint_tree(path, content=True)
+
+
+def simulate_run(prepared: model_cache.PreparedCache) -> None:
+    """What an engine run leaves: a new weight blob with its snapshot link, a rewritten ref, compiler caches."""
+    hub = Path(prepared.env["HF_HUB_CACHE"])
+    repo = hub / "models--org--flux-tiny"
+    (repo / "blobs" / "newblob").write_bytes(SAFETENSORS + b"more")
+    os.symlink("../../blobs/newblob", repo / "snapshots" / REV / "vae.safetensors")
+    (repo / "refs" / "main").write_text(REV)  # writable: refs were copied, not linked
+    (Path(prepared.env["TRITON_CACHE_DIR"]) / "kernel.cubin").write_bytes(b"\0" * 10)
+    (Path(prepared.env["TORCHINDUCTOR_CACHE_DIR"]) / "fx").mkdir()
+
+
+def test_env_points_every_cache_inside_the_child(tmp_path):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "black-forest-labs/FLUX.1-dev", "baseline")
+    assert prepared.child == (tmp_path / "root" / "black-forest-labs_FLUX.1-dev-baseline").resolve()
+    for key in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ASSETS_CACHE", "HF_MODULES_CACHE",
+                "HF_XET_CACHE", "DIFFUSERS_CACHE", "TRANSFORMERS_CACHE", "MODELSCOPE_CACHE", "MODELSCOPE_MODULES_CACHE",
+                "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TVM_FFI_CACHE_DIR", "SGLANG_DIFFUSION_CACHE_ROOT",
+                "SGLANG_DG_CACHE_DIR"):
+        assert Path(prepared.env[key]).is_relative_to(prepared.child), key
+    assert prepared.env["HF_HUB_CACHE"] == prepared.env["HUGGINGFACE_HUB_CACHE"] == prepared.env["DIFFUSERS_CACHE"]
+    marker = (tmp_path / "root" / model_cache.MARKER_NAME).read_text()
+    assert "Only generated child caches" in marker
+    manifest = json.loads(prepared.manifest_path.read_text())
+    assert (manifest["model"], manifest["label"], manifest["state"]) == ("black-forest-labs/FLUX.1-dev", "baseline",
+                                                                         "ready")
+
+
+def test_cache_env_vars_are_the_ones_installed_sglang_reads():
+    """Guards drift: each sglang-specific variable we set is read by the installed sglang source."""
+    sglang = pytest.importorskip("sglang")
+    root = Path(sglang.__file__).parent
+    reads = {"SGLANG_DIFFUSION_CACHE_ROOT": root / "multimodal_gen" / "envs.py",
+             "SGLANG_DG_CACHE_DIR": root / "srt" / "layers" / "deep_gemm_wrapper" / "compile_utils.py",
+             "TORCHINDUCTOR_CACHE_DIR": root / "srt" / "compilation" / "compiler_interface.py",
+             "TRITON_CACHE_DIR": root / "srt" / "compilation" / "compiler_interface.py"}
+    env = model_cache.cache_environment(Path("/x"))
+    for var, source in reads.items():
+        assert var in env and var in source.read_text(), (var, source)
+
+
+def test_overlay_links_blobs_copies_refs_and_keeps_link_text(tmp_path, seed):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "org/flux-tiny", "a", [seed])
+    src = seed / "hub" / "models--org--flux-tiny"
+    dst = Path(prepared.env["HF_HUB_CACHE"]) / "models--org--flux-tiny"
+    for blob in (src / "blobs").iterdir():
+        assert os.readlink(dst / "blobs" / blob.name) == str(blob.resolve())
+    snap_link = dst / "snapshots" / REV / "model_index.json"
+    assert os.readlink(snap_link) == os.readlink(src / "snapshots" / REV / "model_index.json")
+    assert os.path.realpath(snap_link) == os.path.realpath(src / "snapshots" / REV / "model_index.json")
+    ref = dst / "refs" / "main"
+    assert not ref.is_symlink() and ref.read_text() == REV and os.stat(ref).st_mode & stat.S_IWUSR
+    assert list((Path(prepared.env["HF_HUB_CACHE"]) / ".locks").iterdir()) == []
+    assert os.path.islink(Path(prepared.env["HF_HUB_CACHE"]) / "version.txt")
+    assert prepared.seeds[0].hub == (seed / "hub").resolve() and prepared.seeds[0].files_copied == 1
+
+
+def test_first_seed_wins_and_seeds_merge(tmp_path, seed):
+    second = tmp_path / "second" / "hub"
+    build_hf_repo(second, "org/flux-tiny", {"model_index.json": b'{"other": 1}', "extra.json": b"{}"})
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "org/flux-tiny", "a", [seed, second])
+    snap = Path(prepared.env["HF_HUB_CACHE"]) / "models--org--flux-tiny" / "snapshots" / REV
+    assert b"FluxPipeline" in (snap / "model_index.json").read_bytes()
+    assert (snap / "extra.json").read_bytes() == b"{}"
+    assert prepared.seeds[1].skipped_existing > 0
+
+
+def test_seed_is_byte_identical_after_prepare_run_and_cleanup(tmp_path, seed):
+    before = content_hash(seed)
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "org/flux-tiny", "run", [seed])
+    simulate_run(prepared)
+    entry = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child.name, "success", tmp_path / "l.jsonl")
+    assert entry["ok"] and not os.path.lexists(prepared.child)
+    assert content_hash(seed) == before
+    assert entry["before"]["weight_file_count"] == 1  # the new blob, found through its .safetensors link
+    # The 2 seed weights are reached through snapshot links whose final target lies in the seed: referenced, not owned.
+    assert entry["before"]["linked_outside_weight_count"] == 2
+    assert entry["before"]["linked_outside_count"] == 7  # 3 blob links + 3 snapshot links + version.txt
+    assert entry["hf_scan_before"]["repo_count"] == 1
+    assert entry["hf_scan_before"]["weight_blob_count"] == 3  # 2 from the seed + the new one
+    assert entry["residual"]["outside_targets_checked"] == 7 and entry["residual"]["outside_targets_changed"] == []
+    assert entry["seed_caches"][0]["unchanged"]
+
+
+def test_interrupted_cleanup_is_recorded_then_rerun_finishes(tmp_path, seed):
+    before = content_hash(seed)
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "org/flux-tiny", "run", [seed])
+    simulate_run(prepared)
+    calls = []
+
+    def interrupt_midway(path: Path, kind: str) -> None:
+        calls.append(path)
+        if len(calls) == 6:
+            raise KeyboardInterrupt
+        model_cache.remove_entry(path, kind)
+
+    ledger = tmp_path / "l.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "interrupted", ledger, remove=interrupt_midway)
+    first = json.loads(ledger.read_text().splitlines()[0])
+    assert first["deletion"]["interrupted"] and not first["ok"] and first["residual"]["child_present"]
+    assert first["deletion"]["removed_count"] == 5
+    assert content_hash(seed) == before
+    second = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "interrupted", ledger)
+    assert second["ok"] and not os.path.lexists(prepared.child)
+    assert content_hash(seed) == before
+    verified = model_cache.verify_ledger(ledger)
+    assert verified["residue_count"] == 0 and verified["recorded_failures"] == 1
+
+
+def test_interrupted_after_manifest_removed_can_still_be_cleaned(tmp_path):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    order = [e.path for e in model_cache.plan_cleanup(tmp_path / "root", prepared.child).removal_order()]
+    stop_at = order.index(prepared.manifest_path) + 2  # manifest gone, some directories still there
+
+    def interrupt(path: Path, kind: str) -> None:
+        if order.index(path) == stop_at:
+            raise KeyboardInterrupt
+        model_cache.remove_entry(path, kind)
+
+    with pytest.raises(KeyboardInterrupt):
+        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l", remove=interrupt)
+    assert prepared.child.is_dir() and not prepared.manifest_path.exists()
+    assert model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l")["ok"]
+
+
+def test_residual_comes_from_the_rescan_not_the_deletion(tmp_path, seed):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "org/flux-tiny", "run", [seed])
+    simulate_run(prepared)
+    kept = Path(prepared.env["HF_HUB_CACHE"]) / "models--org--flux-tiny" / "blobs" / "newblob"
+
+    def skip_one(path: Path, kind: str) -> None:  # a deletion that silently "succeeds" without removing one file
+        if path != kept:
+            model_cache.remove_entry(path, kind)
+
+    entry = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "success", tmp_path / "l.jsonl",
+                                            remove=skip_one)
+    assert not entry["ok"]
+    assert entry["after"]["file_count"] == 1 and entry["after"]["weight_file_count"] == 1
+    assert entry["after"]["total_bytes"] == kept.stat().st_size
+    residual = entry["residual"]
+    assert residual["child_present"] and residual["child_listed_in_root"] and not residual["clean"]
+    assert str(kept) in residual["present_paths"]
+    assert residual["former_entries_present"] == 1 + len(kept.relative_to(prepared.child).parts) - 1
+    assert any("OSError" in f["error"] for f in entry["deletion"]["failures"])  # rmdir of the non-empty parents
+    verified = model_cache.verify_ledger(tmp_path / "l.jsonl")
+    assert verified["residue_count"] == 1 and verified["entries"][0]["residual"]["weight_file_count"] == 1
+
+
+def test_symlink_to_outside_directory_is_unlinked_not_followed(tmp_path):
+    outside = tmp_path / "precious"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "weights.safetensors").write_bytes(SAFETENSORS)
+    before = content_hash(outside)
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    os.symlink(outside, prepared.child / "huggingface" / "hub" / "escape")
+    os.symlink("../../../precious/sub/weights.safetensors", prepared.child / "w.safetensors")
+    entry = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l.jsonl")
+    assert entry["ok"] and content_hash(outside) == before
+    assert entry["before"]["linked_outside_count"] == 2 and entry["before"]["linked_outside_weight_count"] == 1
+
+
+def test_symlink_swapped_in_during_cleanup_is_not_followed(tmp_path):
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "a.bin").write_bytes(b"keep")
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    victim_dir = prepared.child / "modelscope" / "x"
+    victim_dir.mkdir()
+    (victim_dir / "a.bin").write_bytes(b"temp")
+    plan = model_cache.plan_cleanup(tmp_path / "root", prepared.child)
+    (victim_dir / "a.bin").unlink()
+    victim_dir.rmdir()
+    os.symlink(outside, victim_dir)  # the directory became a link to outside after planning
+    outcome = model_cache.execute_cleanup(plan)
+    assert (outside / "a.bin").read_bytes() == b"keep"
+    assert any("symlink" in f["error"] for f in outcome["failures"])
+
+
+@pytest.mark.parametrize("model,label,expected", [
+    ("../../etc", "x", "_._etc-x"),
+    ("org/name", "..", None),
+    ("a/b", "../../..", None),
+    ("..hidden", "r..1", "hidden-r.1"),
+])
+def test_names_cannot_escape_the_root(tmp_path, model, label, expected):
+    if expected is None:
+        with pytest.raises(contract.UsageError) as info:
+            model_cache.prepare_child_cache(tmp_path / "root", model, label)
+        assert info.value.code == "cache.bad_name"
+        return
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", model, label)
+    assert prepared.child.name == expected and prepared.child.parent == (tmp_path / "root").resolve()
+    assert ".." not in prepared.child.name
+
+
+def test_forbidden_roots(tmp_path, monkeypatch):
+    link_to_slash = tmp_path / "slash"
+    os.symlink("/", link_to_slash)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    for root in (link_to_slash, "/", tmp_path / "home", paths.CHECKOUT_ROOT, paths.CHECKOUT_ROOT.parent):
+        with pytest.raises(contract.UsageError) as info:
+            model_cache.prepare_child_cache(root, "m", "l")
+        assert info.value.code == "cache.root_forbidden", root
+        with pytest.raises(contract.UsageError):
+            model_cache.cleanup_child_cache(root, "etc", "success", tmp_path / "l.jsonl")
+    assert not (tmp_path / "home" / model_cache.MARKER_NAME).exists()
+
+
+def test_root_inside_seed_and_seed_inside_target_are_refused(tmp_path, seed):
+    before = content_hash(seed)
+    with pytest.raises(contract.UsageError) as info:
+        model_cache.prepare_child_cache(seed / "hub" / "mine", "m", "l", [seed])
+    assert info.value.code == "cache.root_inside_seed"
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    with pytest.raises(contract.UsageError) as info:
+        model_cache.overlay_seed(prepared.child / "huggingface", Path(prepared.env["HF_HUB_CACHE"]))
+    assert info.value.code == "cache.seed_overlaps_target"
+    with pytest.raises(contract.InputError):
+        model_cache.prepare_child_cache(tmp_path / "root", "m", "other", [tmp_path / "not-a-cache"])
+    assert content_hash(seed) == before
+
+
+def test_existing_child_and_foreign_root_are_refused(tmp_path):
+    model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    with pytest.raises(contract.PreconditionError) as info:
+        model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    assert info.value.code == "cache.child_exists"
+    foreign = tmp_path / "data"
+    foreign.mkdir()
+    (foreign / "thesis.pdf").write_bytes(b"%PDF")
+    with pytest.raises(contract.PreconditionError) as info:
+        model_cache.prepare_child_cache(foreign, "m", "l")
+    assert info.value.code == "cache.root_not_ours" and not (foreign / model_cache.MARKER_NAME).exists()
+
+
+def test_missing_marker_deletes_nothing(tmp_path):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    (tmp_path / "root" / model_cache.MARKER_NAME).unlink()
+    with pytest.raises(contract.PreconditionError) as info:
+        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "success", tmp_path / "l.jsonl")
+    assert info.value.code == "cache.root_not_marked" and prepared.manifest_path.is_file()
+    assert not (tmp_path / "l.jsonl").exists()
+
+
+def test_child_that_is_not_ours_is_refused(tmp_path):
+    model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    stranger = tmp_path / "root" / "someone-else"
+    stranger.mkdir()
+    (stranger / "data.bin").write_bytes(b"1")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("k")
+    os.symlink(outside, tmp_path / "root" / "linked")
+    cases = {"someone-else": "cache.child_not_ours", "linked": "cache.child_not_directory",
+             str(outside): "cache.child_outside_root", "../outside": "cache.child_outside_root",
+             "gone": "cache.child_missing"}
+    for child, code in cases.items():
+        with pytest.raises(contract.ToolError) as info:
+            model_cache.cleanup_child_cache(tmp_path / "root", child, "success", tmp_path / "l.jsonl")
+        assert info.value.code == code, child
+    assert (stranger / "data.bin").exists() and (outside / "keep").exists()
+
+
+def test_ledger_inside_the_child_is_refused(tmp_path):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    with pytest.raises(contract.UsageError):
+        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "success", prepared.child / "l.jsonl")
+    assert prepared.child.is_dir()
+
+
+def test_weight_rule_knows_suffixless_blobs_and_magic(tmp_path):
+    top = tmp_path / "t"
+    top.mkdir()
+    (top / "blob-a").write_bytes(b"\0" * 50)  # a weight only because a .safetensors link points at it
+    os.symlink("blob-a", top / "unet.safetensors")
+    (top / "blob-b").write_bytes(SAFETENSORS)  # safetensors header, no suffix, no link
+    (top / "blob-c").write_bytes(b"GGUF" + b"\0" * 20)
+    (top / "notes.pt").write_bytes(b"x")
+    (top / "video.mp4").write_bytes(b"\0" * 5000)  # large but not a weight
+    (top / "tokenizer.json").write_bytes(b"{" * 20)
+    stats = model_cache.compute_stats(top, model_cache.walk_tree(top))
+    assert stats["weight_file_count"] == 4 and stats["file_count"] == 6 and stats["symlink_count"] == 1
+    assert stats["weight_bytes"] == 50 + len(SAFETENSORS) + 24 + 1
+
+
+def test_verify_reports_residue_and_recreated_children(tmp_path):
+    ledger = tmp_path / "l.jsonl"
+    a = model_cache.prepare_child_cache(tmp_path / "root", "m", "a")
+    b = model_cache.prepare_child_cache(tmp_path / "root", "m", "b")
+    model_cache.cleanup_child_cache(tmp_path / "root", a.child, "success", ledger)
+    model_cache.cleanup_child_cache(tmp_path / "root", b.child, "success", ledger)
+    assert model_cache.verify_ledger(ledger)["residue_count"] == 0
+    model_cache.prepare_child_cache(tmp_path / "root", "m", "a")  # a later run reuses the name legitimately
+    b.child.mkdir()
+    (b.child / "left.safetensors").write_bytes(SAFETENSORS)  # residue appearing where a cleaned child was
+    result = model_cache.verify_ledger(ledger)
+    assert [e["status"] for e in result["entries"]] == ["recreated_after_cleanup", "present"]
+    assert result["residue_count"] == 1 and result["entries"][1]["residual"]["weight_file_count"] == 1
+
+
+def test_verify_rejects_missing_empty_and_corrupt_ledgers(tmp_path):
+    with pytest.raises(contract.PreconditionError):
+        model_cache.verify_ledger(tmp_path / "none.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(contract.PreconditionError):
+        model_cache.verify_ledger(tmp_path / "empty.jsonl")
+    (tmp_path / "bad.jsonl").write_text('{"schema": "cleanup-ledger.v1"}\n')
+    with pytest.raises(contract.InputError):
+        model_cache.verify_ledger(tmp_path / "bad.jsonl")
+
+
+def fake_model_info(files: dict[str, tuple[int, str]]):
+    def model_info(repo_id, *, revision=None, files_metadata=False, timeout=None):
+        assert files_metadata and timeout is not None
+        return SimpleNamespace(siblings=[SimpleNamespace(rfilename=n, size=s, blob_id="git" + n,
+                                                         lfs=SimpleNamespace(sha256=sha))
+                                         for n, (s, sha) in files.items()])
+    return model_info
+
+
+def test_preflight_subtracts_what_the_seed_provides(tmp_path, seed):
+    blob = next((seed / "hub" / "models--org--flux-tiny" / "blobs").iterdir()).name
+    info = fake_model_info({"a.safetensors": (10_000, blob), "b.safetensors": (5_000, "f" * 64)})
+    result = model_cache.disk_preflight("org/flux-tiny", None, tmp_path, [seed], headroom_bytes=0,
+                                        environ={}, model_info=info)
+    assert result["outcome"] == "fits" and result["size_source"] == "hub_metadata"
+    assert (result["required_bytes"], result["provided_by_seed_bytes"], result["to_download_bytes"]) == \
+        (15_000, 10_000, 5_000)
+    huge = fake_model_info({"a.safetensors": (1 << 60, "e" * 64)})
+    with pytest.raises(contract.PreconditionError) as err:
+        model_cache.disk_preflight("org/flux-tiny", None, tmp_path, [seed], environ={}, model_info=huge)
+    assert err.value.code == "cache.disk_too_small" and err.value.details["to_download_bytes"] == 1 << 60
+
+
+def test_preflight_offline_uses_the_seed_snapshot_or_says_unknown(tmp_path, seed):
+    def never(*args, **kwargs):
+        raise AssertionError("HF_HUB_OFFLINE must skip the hub")
+
+    off = {"HF_HUB_OFFLINE": "1"}
+    result = model_cache.disk_preflight("org/flux-tiny", None, tmp_path, [seed], environ=off, model_info=never)
+    assert result["size_source"] == "seed_snapshot" and result["to_download_bytes"] == 0
+    assert result["required_bytes"] == len(SAFETENSORS) + 31 + 44 and result["hub_error"] == "HF_HUB_OFFLINE is set"
+    unknown = model_cache.disk_preflight("org/absent", None, tmp_path, [seed], environ=off, model_info=never)
+    assert unknown["outcome"] == "unknown_size" and unknown["required_bytes"] is None
+    assert "size unknown" in unknown["notes"][0]
+
+
+def test_preflight_unreachable_hub_is_an_error_string_not_a_crash(tmp_path):
+    """The hub is not reachable from this machine: a real request fails fast and becomes 'unknown_size'."""
+    result = model_cache.disk_preflight("black-forest-labs/FLUX.1-dev", None, tmp_path, [], environ={},
+                                        hub_timeout_s=3)
+    assert result["outcome"] == "unknown_size" and result["hub_error"]
