@@ -1,0 +1,202 @@
+"""Input images (data/assets.yaml): where each comes from, its hash, and fetching with trust on first use.
+
+A pinned sha256 in the manifest is always checked. An unpinned asset gets its hash recorded in the assets
+directory's lock file the first time it is seen; every later fetch checks against that record, so a file that
+changes under the same name is caught even before anyone pins it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import contract, paths
+
+ASSETS_FILE = paths.DATA_DIR / "assets.yaml"
+LOCK_FILE_NAME = "assets.lock.json"
+LOCK_SCHEMA_ID = "assets-lock.v1"
+DOWNLOAD_TIMEOUT_S = 60
+CHUNK_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Asset:
+    id: str
+    filename: str
+    source: Mapping[str, str]
+    sha256: str | None
+
+    def source_text(self) -> str:
+        kind = self.source["kind"]
+        if kind == "hf_hub":
+            return f"hf://{self.source['repo_type']}s/{self.source['repo_id']}/{self.source['filename']}"
+        if kind == "url":
+            return self.source["url"]
+        return f"unresolved: {self.source['description']}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchOutcome:
+    """What happened to one asset. status: present | downloaded | unpinned | missing | hash_mismatch."""
+
+    asset: Asset
+    path: Path
+    status: str
+    sha256: str | None
+    expected_sha256: str | None
+    hash_source: str | None  # pinned (manifest) | lock (recorded earlier) | recorded (now, first use) | None
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("missing", "hash_mismatch")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.asset.id, "filename": self.asset.filename, "path": str(self.path),
+                "source": self.asset.source_text(), "status": self.status, "sha256": self.sha256,
+                "expected_sha256": self.expected_sha256, "hash_source": self.hash_source, "detail": self.detail}
+
+
+def parse_manifest(document: Any, source: str) -> tuple[Asset, ...]:
+    problems = contract.validation_errors(document, "assets.v1")
+    ids = [a.get("id") for a in document.get("assets", [])] if isinstance(document, dict) and not problems else []
+    problems += [f"asset {i!r}: duplicate id" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    if problems:
+        raise contract.InputError("input.assets_invalid", f"{source}: " + "; ".join(problems[:8]),
+                                  "fix the entry so it follows schemas/assets.v1.schema.json")
+    return tuple(Asset(a["id"], a["filename"], dict(a["source"]), a["sha256"]) for a in document["assets"])
+
+
+@functools.lru_cache(maxsize=2)
+def load_manifest(path: Path = ASSETS_FILE) -> tuple[Asset, ...]:
+    from .presets import load_yaml
+
+    return parse_manifest(load_yaml(path), str(path))
+
+
+def get_asset(asset_id: str, manifest: tuple[Asset, ...] | None = None) -> Asset:
+    for asset in manifest if manifest is not None else load_manifest():
+        if asset.id == asset_id:
+            return asset
+    raise contract.InputError("input.unknown_asset", f"no asset {asset_id!r} in data/assets.yaml",
+                              "add it to data/assets.yaml")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_lock(assets_dir: Path) -> dict[str, dict[str, str]]:
+    path = assets_dir / LOCK_FILE_NAME
+    if not path.exists():
+        return {}
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise contract.InputError("input.assets_lock_unreadable", f"cannot read {path}: {exc}",
+                                  f"fix or remove {path} (hashes recorded there are re-learned on the next fetch)")
+    contract.validate_input(document, LOCK_SCHEMA_ID, str(path))
+    return document["assets"]
+
+
+def write_lock(assets_dir: Path, entries: Mapping[str, Mapping[str, str]]) -> Path:
+    path = assets_dir / LOCK_FILE_NAME
+    document = {"schema": LOCK_SCHEMA_ID, "assets": {k: dict(v) for k, v in sorted(entries.items())}}
+    contract.check_document(document)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _http_download(url: str, dest: Path) -> None:
+    request = urllib.request.Request(url, headers={"User-Agent": "sglang-diffusion-benchmark-profile"})
+    with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
+        shutil.copyfileobj(response, out, CHUNK_BYTES)
+
+
+def _hub_download(source: Mapping[str, str], dest: Path) -> None:
+    from huggingface_hub import hf_hub_download
+
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        got = hf_hub_download(repo_id=source["repo_id"], filename=source["filename"], repo_type=source["repo_type"],
+                              revision=source.get("revision"), local_dir=tmp)
+        shutil.move(got, dest)
+
+
+Downloader = Callable[[Asset, Path], None]
+
+
+def make_downloader(base_url: str | None = None) -> Downloader:
+    """Hub assets through huggingface_hub, URL assets over HTTPS; ``base_url`` (a mirror) serves every file by name."""
+
+    def download(asset: Asset, dest: Path) -> None:
+        if base_url:
+            _http_download(urllib.parse.urljoin(base_url.rstrip("/") + "/", asset.filename), dest)
+        elif asset.source["kind"] == "hf_hub":
+            _hub_download(asset.source, dest)
+        elif asset.source["kind"] == "url":
+            _http_download(asset.source["url"], dest)
+        else:
+            raise FileNotFoundError(f"no download source known ({asset.source['description']})")
+
+    return download
+
+
+def fetch_one(asset: Asset, assets_dir: Path, lock: dict[str, dict[str, str]], download: Downloader) -> FetchOutcome:
+    """Make one asset present and verified; ``lock`` is updated in place when a hash is recorded."""
+    path = assets_dir / asset.filename
+    expected, hash_source = asset.sha256, "pinned" if asset.sha256 else None
+    if expected is None and asset.id in lock:
+        expected, hash_source = lock[asset.id]["sha256"], "lock"
+    downloaded = False
+    if not path.exists():
+        part = path.with_name(path.name + ".part")
+        try:
+            download(asset, part)
+        except Exception as exc:  # any download failure is reported per asset, never a traceback
+            part.unlink(missing_ok=True)
+            return FetchOutcome(asset, path, "missing", None, expected, hash_source,
+                                f"download failed: {type(exc).__name__}: {exc}; place the file at {path} by hand")
+        actual = sha256_file(part)
+        if expected is not None and actual != expected:
+            part.unlink()  # our own partial file: never install a file that fails its hash
+            return FetchOutcome(asset, path, "hash_mismatch", actual, expected, hash_source,
+                                "downloaded file does not match the expected hash; it was not installed")
+        os.replace(part, path)
+        downloaded = True
+    else:
+        actual = sha256_file(path)
+        if expected is not None and actual != expected:
+            return FetchOutcome(asset, path, "hash_mismatch", actual, expected, hash_source,
+                                f"{path} differs from the {hash_source} hash; move it away and fetch again")
+    if expected is None:
+        lock[asset.id] = {"filename": asset.filename, "sha256": actual, "source": asset.source_text(),
+                          "recorded_at": contract.utc_now()}
+        return FetchOutcome(asset, path, "unpinned", actual, None, "recorded",
+                            "hash recorded on first use" + (" after download" if downloaded else ""))
+    return FetchOutcome(asset, path, "downloaded" if downloaded else "present", actual, expected, hash_source)
+
+
+def fetch_assets(assets_dir: Path, manifest: tuple[Asset, ...] | None = None,
+                 download: Downloader | None = None) -> tuple[list[FetchOutcome], Path]:
+    """Fetch and verify every asset into ``assets_dir``; returns the outcomes and the lock file path."""
+    assets_dir.mkdir(parents=True, exist_ok=True)
+    lock = read_lock(assets_dir)
+    download = download or make_downloader()
+    outcomes = [fetch_one(a, assets_dir, lock, download) for a in (manifest or load_manifest())]
+    return outcomes, write_lock(assets_dir, lock)

@@ -1,0 +1,300 @@
+"""Build one `sglang generate` invocation from a preset, run options and the engine's capabilities. Pure: no
+filesystem, no subprocess, no os.environ; the caller passes the environment and writes the config file.
+
+Order of arguments (reference `build_sglang_cmd`): CLI, backend pin, model, prompt, seed, negative prompt, image,
+config file, preset request fields and args, quality, save-output, warmup, BCG (+ warmup resolutions, frames,
+text buckets), compile comparator, perf dump, output path and file name, caller extra args.
+
+Every flag in the finished argv is checked against the engine: one the engine lacks is refused here, before anything
+runs, naming the flag, the installed version and what to do. Preset args are never dropped to make a command fit:
+a benchmark whose workload silently changed is worse than no benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import contract
+from .engine_probe import EngineCapabilities
+from .presets import Preset
+
+BENCHMARK_QUALITY_LEVELS = ("lossless", "extra-high", "high")
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")  # no '_': run ids use '__' between their parts
+BENCH_ENV_DEFAULTS = {"FLASHINFER_DISABLE_VERSION_CHECK": "1", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING": "1"}
+# Set by us on every run: NVML and CUDA then number GPUs the same way.
+BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+# Silently overrides the step count (runtime doc §3): never let it leak into a benchmark.
+ENV_UNSET = ("SGLANG_TEST_NUM_INFERENCE_STEPS",)
+HF_TOKEN_MIRROR = ("HUGGINGFACE_HUB_TOKEN", "HF_TOKEN")  # (target, source): copied by name, never by value
+WARMUP_FLAGS = ("--warmup", "--warmup-mode")
+MISSING_FLAG_HINTS = {
+    "--quality": "this engine has no quality levels: drop --quality (quality comparisons need sglang 0.5.23 or main)",
+    "--warmup-mode": "this engine spells warmup --warmup; the builder uses it by itself, so the preset forcing "
+                     "--warmup-mode is what needs a newer engine",
+    "--enable-breakable-cuda-graph": "breakable CUDA graphs need a newer sglang (0.5.23 or main); drop "
+                                     "--breakable-cuda-graph/--quality-bcg-matrix",
+    "--bcg-text-buckets": "BCG text buckets need a newer sglang; drop --bcg-text-buckets",
+    "--warmup-num-frames": "BCG video warmup needs a newer sglang",
+    "--component-residency": "on this engine pin placement with --dit-cpu-offload false "
+                             "--text-encoder-cpu-offload false (as --extra-args), or upgrade sglang",
+    "--performance-mode": "this engine has no performance modes (it always auto-fills unset offload flags): "
+                          "upgrade sglang or pick another preset",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """What the caller chose for one run; validate() rejects the combinations the reference rejects."""
+
+    label: str = "baseline"
+    arm: str | None = None  # e.g. "A"/"B" in a campaign, a matrix mode such as "bcg-high"
+    round: int | None = None
+    position: int | None = None
+    quality: str | None = None  # None: the engine's default, pinned as lossless where --quality exists
+    warmup: bool = True
+    breakable_cuda_graph: bool = False
+    bcg_text_buckets: tuple[int, ...] = ()
+    torch_compile: bool = False
+    extra_args: tuple[str, ...] = ()
+    save_output: bool = True
+
+    def validate(self) -> None:
+        for name, value in (("label", self.label), ("arm", self.arm)):
+            if value is not None and not LABEL_PATTERN.match(value):
+                raise contract.UsageError("usage.bad_label", f"{name} {value!r} must match {LABEL_PATTERN.pattern}",
+                                          "use letters, digits, '.' and '-' (no '_', no '/')")
+        if self.quality is not None and self.quality not in BENCHMARK_QUALITY_LEVELS:
+            raise contract.UsageError("usage.bad_quality", f"quality {self.quality!r} is not one of "
+                                      f"{', '.join(BENCHMARK_QUALITY_LEVELS)}", "pick one of those")
+        if self.torch_compile and self.breakable_cuda_graph:
+            raise contract.UsageError("usage.conflicting_comparators", "torch.compile and breakable CUDA graphs "
+                                      "are separate comparators and cannot be combined in one run",
+                                      "run them as separate arms")
+        if self.bcg_text_buckets and not self.breakable_cuda_graph:
+            raise contract.UsageError("usage.buckets_without_bcg", "BCG text buckets given without BCG",
+                                      "add --breakable-cuda-graph (or --quality-bcg-matrix)")
+        if any(b <= 0 for b in self.bcg_text_buckets):
+            raise contract.UsageError("usage.bad_buckets", f"BCG text buckets must be positive: "
+                                      f"{list(self.bcg_text_buckets)}", "pass positive integers")
+        for n, v in (("round", self.round), ("position", self.position)):
+            if v is not None and v < 0:
+                raise contract.UsageError("usage.bad_slot", f"{n} must be >= 0, got {v}", "")
+
+    @property
+    def run_id_suffix(self) -> str:
+        parts = [self.label]
+        if self.arm:
+            parts.append(self.arm)
+        if self.round is not None or self.position is not None:
+            parts.append(f"r{self.round or 0:02d}p{self.position or 0:02d}")
+        return "__".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+    """Everything needed to launch and check one run; built, never executed, here."""
+
+    run_id: str
+    preset: str
+    argv: tuple[str, ...]
+    env_set: Mapping[str, str]  # variables to set (only those that differ from the caller's environment)
+    env_copy: Mapping[str, str]  # target -> source variable name, copied at launch (secrets: never a value here)
+    env_unset: tuple[str, ...]
+    num_gpus: int
+    run_dir: Path
+    perf_dump_path: Path
+    output_dir: Path
+    output_file_stem: str
+    config_path: Path | None
+    config_content: str | None
+    required_assets: tuple[Path, ...]
+    requires_hf_token: bool
+    warnings: tuple[tuple[str, str], ...]
+
+    def child_env(self, caller_env: Mapping[str, str]) -> dict[str, str]:
+        """The child's environment: the caller's plus this invocation's changes."""
+        child = dict(caller_env)
+        for name in self.env_unset:
+            child.pop(name, None)
+        child.update(self.env_set)
+        for target, source in self.env_copy.items():
+            if source in child:
+                child[target] = child[source]
+        return child
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "preset": self.preset, "argv": list(self.argv), "env_set": dict(self.env_set),
+                "env_copy": dict(self.env_copy), "env_unset": list(self.env_unset), "num_gpus": self.num_gpus,
+                "artifacts": {"run_dir": str(self.run_dir), "perf_dump_path": str(self.perf_dump_path),
+                              "output_dir": str(self.output_dir), "output_file_stem": self.output_file_stem,
+                              "config_path": str(self.config_path) if self.config_path else None},
+                "config_content": self.config_content, "required_assets": [str(p) for p in self.required_assets],
+                "requires_hf_token": self.requires_hf_token,
+                "warnings": [{"code": c, "message": m} for c, m in self.warnings]}
+
+
+def flag_of(token: str) -> str | None:
+    return token.split("=", 1)[0] if token.startswith("--") else None
+
+
+def parse_cli_tokens(tokens: Sequence[str]) -> dict[str, str]:
+    """The reference's token rules: --k=v -> v; --k v -> v unless v starts with --; bare --k -> "true";
+    tokens without a leading -- are skipped. Boolean words are normalised to true/false."""
+    parsed: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--"):
+            i += 1
+            continue
+        if "=" in token:
+            key, value = token[2:].split("=", 1)
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            key, value = token[2:], tokens[i + 1]
+            i += 1
+        else:
+            key, value = token[2:], "true"
+        parsed[key] = value.lower() if value.lower() in ("true", "false") else value
+        i += 1
+    return parsed
+
+
+def run_id(preset: Preset, options: RunOptions) -> str:
+    """``<preset>__<label>[__<arm>][__rNNpNN]``: labels cannot contain '_', so a glob for one run id never matches
+    another label's files (``flux__base__*`` is not a prefix of ``flux__baseline__...``)."""
+    return f"{preset.name}__{options.run_id_suffix}"
+
+
+def _refuse_missing(missing: list[str], engine: EngineCapabilities, where: str) -> None:
+    hints = [f"{flag}: {MISSING_FLAG_HINTS.get(flag, 'upgrade sglang or choose a preset without it')}"
+             for flag in missing]
+    raise contract.PreconditionError(
+        "engine.flag_missing", f"{engine.label} has no {', '.join(missing)} (needed by {where})",
+        "; ".join(hints), details={"missing_flags": missing, "engine_version": engine.version})
+
+
+def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabilities, *,
+                     sglang_cli: Sequence[str], output_root: Path, assets_dir: Path,
+                     caller_env: Mapping[str, str], model_path: str | None = None,
+                     asset_filenames: Mapping[str, str] | None = None) -> Invocation:
+    """The invocation for one run, or a ToolError naming why it cannot be built.
+
+    ``model_path`` is required for presets with ``local_model`` (the caller resolves it, e.g. with
+    ``tiny_model.ensure_tiny_flux``); ``asset_filenames`` maps asset ids to file names in ``assets_dir``.
+    """
+    options.validate()
+    if preset.unknown_fields:
+        raise contract.PreconditionError(
+            "preset.incomplete", f"preset {preset.name!r} cannot be built: the reference leaves "
+            f"{', '.join(preset.unknown_fields)} unknown" + (f" (prompt: {preset.prompt_summary})"
+                                                             if preset.prompt_summary else ""),
+            "fill the field in data/presets.yaml from upstream bench_diffusion_denoise.py, or pick a complete "
+            "preset (--list-models --json shows 'complete')", details={"unknown_fields": list(preset.unknown_fields)})
+    if preset.local_model and not model_path:
+        raise contract.PreconditionError("preset.local_model_unresolved",
+                                         f"preset {preset.name!r} needs the local model {preset.local_model!r}",
+                                         "resolve it first (sgl_diffusion_bench.tiny_model.ensure_tiny_flux)")
+    warnings: list[tuple[str, str]] = []
+    rid = run_id(preset, options)
+    run_dir = output_root / rid
+    perf_dump = run_dir / f"{rid}.perf.json"
+    argv: list[str] = [*sglang_cli, "--backend=sglang", f"--model-path={model_path or preset.model}",
+                       f"--prompt={preset.prompt}", f"--seed={preset.seed}"]
+    if preset.negative_prompt is not None:
+        argv.append(f"--negative-prompt={preset.negative_prompt}")
+    required_assets: list[Path] = []
+    if preset.asset:
+        filename = (asset_filenames or {}).get(preset.asset)
+        if filename is None:
+            raise contract.InputError("input.unknown_asset", f"preset {preset.name!r} names asset {preset.asset!r}, "
+                                      "which the asset manifest does not list", "add it to data/assets.yaml")
+        required_assets.append(assets_dir / filename)
+        argv.append(f"--image-path={assets_dir / filename}")
+    config_path = config_content = None
+    if preset.config_overrides is not None:
+        config_path = run_dir / f"{rid}.config.json"
+        config_content = json.dumps(preset.config_overrides, indent=2, sort_keys=True) + "\n"
+        argv.append(f"--config={config_path}")
+    argv += preset.shape_args()
+    if preset.num_gpus > 1:
+        argv.append(f"--num-gpus={preset.num_gpus}")
+    argv += preset.extra_args
+    preset_flags = {flag_of(t) for t in preset.extra_args}
+
+    if engine.quality_values is None:
+        if options.quality is not None:
+            _refuse_missing(["--quality"], engine, f"--quality {options.quality}")
+        warnings.append(("engine.no_quality_levels", f"{engine.label} has no --quality; the run uses the "
+                         "engine's only numerics (comparable to other runs on this engine only)"))
+    else:
+        quality = options.quality or "lossless"
+        if engine.quality_values and quality not in engine.quality_values:
+            raise contract.PreconditionError(
+                "engine.quality_unsupported", f"{engine.label} accepts --quality {'|'.join(engine.quality_values)}, "
+                f"not {quality!r}", "pick one the engine accepts")
+        argv.append(f"--quality={quality}")
+    if options.save_output:
+        argv.append("--save-output")
+    if options.warmup and not preset_flags & set(WARMUP_FLAGS):
+        if engine.warmup_flag == "--warmup-mode":
+            argv += ["--warmup-mode", "request"]
+        elif engine.warmup_flag == "--warmup":
+            argv.append("--warmup")
+        else:
+            _refuse_missing(["--warmup-mode"], engine, "warmup (pass --no-warmup to run cold)")
+    if options.breakable_cuda_graph:
+        if not engine.has_bcg:
+            _refuse_missing(["--enable-breakable-cuda-graph"], engine, "--breakable-cuda-graph")
+        argv.append("--enable-breakable-cuda-graph")
+        if "--warmup-resolutions" not in preset_flags:
+            resolutions = list(preset.bcg_warmup_resolutions) or (
+                [f"{preset.width}x{preset.height}"] if preset.width and preset.height else [])
+            if resolutions:
+                argv += ["--warmup-resolutions", *resolutions]
+            else:
+                warnings.append(("bcg.no_warmup_resolution", f"preset {preset.name!r} has no shape or "
+                                 "bcg_warmup_resolutions: BCG seeds only the model's default resolution"))
+        if "--warmup-num-frames" not in preset_flags and preset.num_frames:
+            argv += ["--warmup-num-frames", str(preset.num_frames)]
+        if options.bcg_text_buckets:
+            argv += ["--bcg-text-buckets", *map(str, options.bcg_text_buckets)]
+    if options.torch_compile:
+        if preset.force_eager:
+            warnings.append(("compile.force_eager", f"preset {preset.name!r} is always eager; "
+                             "--torch-compile was not applied"))
+        else:
+            argv.append("--enable-torch-compile")
+    argv += ["--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name", rid]
+    argv += options.extra_args
+
+    missing = sorted({f for f in map(flag_of, argv[len(sglang_cli):]) if f and not engine.accepts_flag(f)})
+    if missing:
+        _refuse_missing(missing, engine, f"preset {preset.name!r} with these options")
+    if engine.version and "--performance-mode" not in engine.flags and "--dit-cpu-offload" not in preset_flags \
+            and "--dit-cpu-offload" not in {flag_of(t) for t in options.extra_args}:
+        warnings.append(("engine.offload_autofill", f"{engine.label} fills unset offload flags itself (DiT and "
+                         "text-encoder CPU offload on); the numbers include offload traffic unless you pass "
+                         "--extra-args='--dit-cpu-offload false --text-encoder-cpu-offload false'"))
+
+    env_set = {}
+    for name, value in {**BENCH_ENV_DEFAULTS, **preset.env}.items():
+        if name not in caller_env:  # setdefault: the caller's environment wins
+            env_set[name] = value
+    for name, value in BENCH_ENV_FORCED.items():
+        if caller_env.get(name) != value:
+            env_set[name] = value
+    target, source = HF_TOKEN_MIRROR
+    env_copy = {target: source} if caller_env.get(source) and not caller_env.get(target) else {}
+    env_unset = tuple(n for n in ENV_UNSET if n in caller_env)
+    if preset.gated and not any(caller_env.get(n) for n in HF_TOKEN_MIRROR):
+        warnings.append(("hf.token_missing", f"preset {preset.name!r} is gated and neither HF_TOKEN nor "
+                         "HUGGINGFACE_HUB_TOKEN is set: export HF_TOKEN=<token with access>"))
+    return Invocation(run_id=rid, preset=preset.name, argv=tuple(argv), env_set=env_set, env_copy=env_copy,
+                      env_unset=env_unset, num_gpus=preset.num_gpus, run_dir=run_dir, perf_dump_path=perf_dump,
+                      output_dir=run_dir, output_file_stem=rid, config_path=config_path,
+                      config_content=config_content, required_assets=tuple(required_assets),
+                      requires_hf_token=preset.gated, warnings=tuple(warnings))

@@ -1,0 +1,328 @@
+"""What the installed `sglang generate` accepts: flags, choices, warmup spelling, BCG, profiler env variable.
+
+sglang releases differ (0.5.10.post1 has `--warmup` and no `--quality`; newer ones have `--warmup-mode`, quality
+levels and breakable CUDA graphs), so commands are built from a probe of the installed engine, never assumed.
+
+Two probe methods, best first:
+1. ``argparse``: build sglang's own generate parser (``add_multimodal_gen_generate_args``) in a child Python, with
+   the CPU adapter on PYTHONPATH so the import also works on a GPU-less box, and list its actions (~10 s).
+2. ``static-source``: when that import fails, read the parser-builder sources and collect the literal
+   ``add_argument`` option strings with ``ast`` (milliseconds; misses flags built at run time, says so).
+The result is cached under ``<work root>/.cache/`` keyed by version, package path and the sources' mtimes.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from . import contract, env
+
+CACHE_FILE_NAME = "engine-capabilities.json"
+PROBE_TIMEOUT_S = 180
+PROBE_MARK = "@@ENGINE-PROBE@@"
+PROFILER_ENV_DIFFUSION = "SGLANG_DIFFUSION_TORCH_PROFILER_DIR"
+PROFILER_ENV_GENERIC = "SGLANG_TORCH_PROFILER_DIR"
+OFFLOAD_FLAGS = ("--dit-cpu-offload", "--text-encoder-cpu-offload", "--image-encoder-cpu-offload",
+                 "--vae-cpu-offload", "--dit-layerwise-offload", "--pin-cpu-memory")
+BCG_FLAG = "--enable-breakable-cuda-graph"
+# Relative to the sglang package: the parser builder and the modules whose add_cli_args it calls.
+PARSER_SOURCES = ("multimodal_gen/runtime/entrypoints/cli/generate.py", "multimodal_gen/runtime/server_args.py",
+                  "multimodal_gen/runtime/server_args", "multimodal_gen/configs/sample/sampling_params.py",
+                  "multimodal_gen/configs/pipeline_configs/base.py", "multimodal_gen/configs/quantization")
+PROFILER_SOURCE = "multimodal_gen/runtime/utils/profiler.py"
+# Newest release known to read only SGLANG_TORCH_PROFILER_DIR (used when profiler.py cannot be read).
+LAST_GENERIC_PROFILER_ENV_RELEASE = (0, 5, 10, 1)
+
+_INTROSPECT = f"""
+import argparse, json
+from sglang.multimodal_gen.runtime.entrypoints.cli.generate import add_multimodal_gen_generate_args
+parser = argparse.ArgumentParser(add_help=False)
+add_multimodal_gen_generate_args(parser)
+actions = []
+for a in parser._actions:
+    try:
+        choices = None if a.choices is None else [str(c) for c in a.choices]
+    except TypeError:
+        choices = None
+    actions.append({{"options": list(a.option_strings), "choices": choices}})
+print({PROBE_MARK!r} + json.dumps(actions))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineCapabilities:
+    """The installed engine's generate CLI, as far as a bench command needs to know it."""
+
+    version: str | None
+    package_dir: str | None
+    method: str  # argparse | static-source | builtin
+    flags: frozenset[str]
+    choices: Mapping[str, tuple[str, ...]]  # flag -> accepted values, where the parser declares them
+    profiler_dir_env: tuple[str, ...]  # variables the profiler reads for its trace directory, in priority order
+    profiler_dir_env_source: str  # source | version-table | builtin
+    problems: tuple[str, ...] = ()  # why a better probe method was not used
+
+    def has_flag(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def accepts_flag(self, flag: str) -> bool:
+        """True for a declared flag, or a per-component path override (``--<component>-path``), which every
+        release routes through its unknown-argument handler instead of rejecting."""
+        return flag in self.flags or bool(re.fullmatch(r"--[a-z0-9][a-z0-9-]*-path", flag))
+
+    @property
+    def warmup_flag(self) -> str | None:
+        if "--warmup-mode" in self.flags:
+            return "--warmup-mode"
+        return "--warmup" if "--warmup" in self.flags else None
+
+    @property
+    def has_bcg(self) -> bool:
+        return BCG_FLAG in self.flags
+
+    @property
+    def quality_values(self) -> tuple[str, ...] | None:
+        """Accepted ``--quality`` values; None when the engine has no ``--quality``; () when it has one whose
+        values the probe could not read."""
+        if "--quality" not in self.flags:
+            return None
+        return tuple(self.choices.get("--quality", ()))
+
+    @property
+    def offload_flags(self) -> tuple[str, ...]:
+        return tuple(f for f in OFFLOAD_FLAGS if f in self.flags)
+
+    @property
+    def label(self) -> str:
+        return f"sglang {self.version or '(unknown version)'}" + (f" at {self.package_dir}" if self.package_dir else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "package_dir": self.package_dir, "method": self.method,
+                "flags": sorted(self.flags), "choices": {k: list(v) for k, v in sorted(self.choices.items())},
+                "warmup_flag": self.warmup_flag, "has_bcg": self.has_bcg,
+                "quality_values": None if self.quality_values is None else list(self.quality_values),
+                "offload_flags": list(self.offload_flags), "profiler_dir_env": list(self.profiler_dir_env),
+                "profiler_dir_env_source": self.profiler_dir_env_source, "problems": list(self.problems)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "EngineCapabilities":
+        return cls(version=data["version"], package_dir=data["package_dir"], method=data["method"],
+                   flags=frozenset(data["flags"]), choices={k: tuple(v) for k, v in data["choices"].items()},
+                   profiler_dir_env=tuple(data["profiler_dir_env"]),
+                   profiler_dir_env_source=data["profiler_dir_env_source"], problems=tuple(data["problems"]))
+
+
+_RECENT_FLAGS = """
+--config --perf-dump-path --output-file-path --model-path --model-id --revision --backend --pipeline-class-name
+--pipeline --performance-mode --mode --num-gpus --tp-size --sp-degree --ulysses-degree --ring-degree
+--kv-gather-degree --enable-cfg-parallel --cfg-parallel-size --dp-size --attention-backend
+--attention-backend-config --enable-torch-compile --enable-breakable-cuda-graph --bcg-text-buckets --warmup-mode
+--warmup-resolutions --warmup-num-frames --warmup-steps --warmup-sampling-params --component-residency
+--dit-cpu-offload --text-encoder-cpu-offload --image-encoder-cpu-offload --vae-cpu-offload --dit-layerwise-offload
+--layerwise-offload-components --dit-offload-prefetch-size --use-fsdp-inference --pin-cpu-memory --output-path
+--log-level --enable-layerwise-nvtx-marker --quantization --lora-path --trust-remote-code --enable-svdquant
+--transformer-weights-path --quantization-precision --quantization-rank --prompt --prompt-path --negative-prompt
+--seed --generator-device --width --height --4k --2k --1080p --720p --num-frames --fps --num-inference-steps
+--guidance-scale --guidance-scale-2 --true-cfg-scale --save-output --no-save-output --output-file-name
+--output-quality --quality --profile --num-profiled-timesteps --profile-all-stages --num-outputs-per-prompt
+--num-outputs --image-path --enable-cache-dit --cfg-gate-step --attention-backend-override --diffusers-kwargs
+--return-frames --debug --progressive-mode --dit-precision --vae-precision --vae-tiling --text-encoder-precisions
+--flow-shift --embedded-cfg-scale --adjust-frames --model-variant --component-attention-backends
+--enable-prompt-rewrite --action --streaming --refiner-chunked --use-diffusion-decoder --ltx2-two-stage-device-mode
+"""
+
+
+def recent_engine_capabilities() -> EngineCapabilities:
+    """A current-main engine as the reference describes it (runtime doc §1 plus the flags main's own presets pass):
+    for tests and for dry runs that target a newer engine than the installed one. Not a probe result."""
+    return EngineCapabilities(
+        version="main", package_dir=None, method="builtin", flags=frozenset(_RECENT_FLAGS.split()),
+        choices={"--quality": ("exact", "lossless", "extra-high", "high"), "--warmup-mode": ("off", "request", "server"),
+                 "--backend": ("auto", "sglang", "diffusers"),
+                 "--performance-mode": ("manual", "auto", "speed", "memory")},
+        profiler_dir_env=(PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), profiler_dir_env_source="builtin")
+
+
+def _release_tuple(version: str | None) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version or ""))
+
+
+def profiler_dir_env_from_source(package_dir: Path, version: str | None) -> tuple[tuple[str, ...], str]:
+    """Which env variables the installed profiler reads for its trace directory, from its source text."""
+    try:
+        text = (package_dir / PROFILER_SOURCE).read_text(encoding="utf-8")
+    except OSError:
+        text = None
+    if text is not None and PROFILER_ENV_DIFFUSION in text:
+        return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "source"
+    if text is not None and PROFILER_ENV_GENERIC in text:
+        return (PROFILER_ENV_GENERIC,), "source"
+    if version and _release_tuple(version) <= LAST_GENERIC_PROFILER_ENV_RELEASE:
+        return (PROFILER_ENV_GENERIC,), "version-table"
+    return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "version-table"
+
+
+def _source_files(package_dir: Path) -> list[Path]:
+    files = []
+    for rel in PARSER_SOURCES:
+        path = package_dir / rel
+        if path.is_dir():
+            files.extend(sorted(path.rglob("*.py")))
+        elif path.is_file():
+            files.append(path)
+    return files
+
+
+def _literal_option(node: ast.AST) -> str | None:
+    """An option string from a str constant or an f-string whose placeholders are prefixes (rendered empty)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return None
+
+
+def static_parser_actions(package_dir: Path) -> list[dict[str, Any]]:
+    """Literal ``add_argument`` calls in the parser-builder sources, as [{options, choices}]."""
+    actions = []
+    for path in _source_files(package_dir):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name != "add_argument":
+                continue
+            options = [o for o in map(_literal_option, node.args) if o and o.startswith("-")]
+            if not options:
+                continue
+            choices = None
+            for kw in node.keywords:
+                if kw.arg == "choices":
+                    try:
+                        choices = [str(c) for c in ast.literal_eval(kw.value)]
+                    except (ValueError, TypeError, SyntaxError):
+                        choices = None
+            actions.append({"options": options, "choices": choices})
+    return actions
+
+
+def _introspect_actions(python: str, adapter_env: Mapping[str, str]) -> list[dict[str, Any]]:
+    proc = subprocess.run([python, "-c", _INTROSPECT], capture_output=True, text=True, env=dict(adapter_env),
+                          timeout=PROBE_TIMEOUT_S, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith(PROBE_MARK):
+            return json.loads(line[len(PROBE_MARK):])
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise RuntimeError(f"importing sglang's generate parser failed (exit {proc.returncode}): {last}")
+
+
+def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: str | None, package_dir: Path,
+                              method: str, problems: Iterable[str] = ()) -> EngineCapabilities:
+    flags, choices = set(), {}
+    for action in actions:
+        for option in action["options"]:
+            if option.startswith("--"):
+                flags.add(option)
+                if action.get("choices"):
+                    choices[option] = tuple(action["choices"])
+    profiler_env, profiler_source = profiler_dir_env_from_source(package_dir, version)
+    return EngineCapabilities(version=version, package_dir=str(package_dir), method=method, flags=frozenset(flags),
+                              choices=choices, profiler_dir_env=profiler_env, profiler_dir_env_source=profiler_source,
+                              problems=tuple(problems))
+
+
+def cache_key(version: str | None, package_dir: Path) -> str:
+    mtimes = []
+    for path in _source_files(package_dir):
+        try:
+            mtimes.append(f"{path.relative_to(package_dir)}@{path.stat().st_mtime_ns}")
+        except OSError:
+            continue
+    return json.dumps([version, str(package_dir), sorted(mtimes)])
+
+
+def default_cache_path() -> Path:
+    return env.work_root()[0] / ".cache" / CACHE_FILE_NAME
+
+
+def _read_cache(path: Path, key: str) -> EngineCapabilities | None:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if document.get("key") == key:
+            return EngineCapabilities.from_json(document["engine"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a missing or stale cache is simply re-probed
+    return None
+
+
+def _write_cache(path: Path, key: str, caps: EngineCapabilities) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "engine": caps.to_json()}, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs a re-probe next time
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    capabilities: EngineCapabilities
+    cache_path: Path
+    cache_hit: bool
+
+
+def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, python: str | None = None) -> ProbeResult:
+    """Probe the sglang importable by ``python`` (default: this interpreter), through the cache."""
+    from . import engine_process
+
+    location = env.sglang_location()
+    if not location["installed"]:
+        raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
+                                         "install the engine (see README 'Engine install') in this Python")
+    package_dir, version = Path(location["package_dir"]), location["version"]
+    cache_path = cache_path or default_cache_path()
+    key = cache_key(version, package_dir)
+    if not refresh:
+        cached = _read_cache(cache_path, key)
+        if cached is not None:
+            return ProbeResult(cached, cache_path, True)
+    problems = []
+    try:
+        adapter_env = engine_process.cpu_adapter_env(dict(os.environ))
+        actions = _introspect_actions(python or sys.executable, adapter_env)
+        caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="argparse")
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        problems.append(f"argparse probe failed, read the parser sources instead: {exc}")
+        actions = static_parser_actions(package_dir)
+        if not actions:
+            raise contract.PreconditionError(
+                "engine.probe_failed", f"cannot learn the CLI of sglang {version} at {package_dir}: {problems[0]}",
+                "check that `sglang generate --help` works in this Python; fix the engine install first") from exc
+        caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static-source",
+                                         problems=problems)
+    _write_cache(cache_path, key, caps)
+    return ProbeResult(caps, cache_path, False)
+
+
+def load_capabilities_file(path: Path) -> EngineCapabilities:
+    """An engine.v1 document saved from ``--probe-engine --json`` (e.g. probed on another machine)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise contract.InputError("input.unreadable", f"cannot read engine capabilities {path}: {exc}",
+                                  "pass a file written by --probe-engine --json") from exc
+    contract.validate_input(document, "engine.v1", str(path))
+    return EngineCapabilities.from_json(document["engine"])

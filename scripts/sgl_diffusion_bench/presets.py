@@ -1,0 +1,227 @@
+"""The benchmark preset catalog (data/presets.yaml): load, validate, filter, render.
+
+Presets are data so that the table in the docs, the command builder and the nightly drift check all read the same
+facts. Where the reference leaves a detail unknown the preset lists it in ``unknown_fields`` and refuses to build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from . import contract, paths
+
+PRESETS_FILE = paths.DATA_DIR / "presets.yaml"
+SCHEMA_ID = "presets.v1"
+# Flags the builder emits from structured preset fields; a preset must not also carry them in extra_args.
+OWNED_FLAGS = ("--model-path", "--prompt", "--seed", "--negative-prompt", "--image-path", "--width", "--height",
+               "--num-frames", "--fps", "--num-inference-steps", "--guidance-scale", "--num-gpus", "--config",
+               "--backend", "--perf-dump-path", "--output-path", "--output-file-name", "--quality", "--save-output")
+SHAPE_FIELDS = ("width", "height", "num_frames", "fps", "num_inference_steps", "guidance_scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One benchmark workload: model, request, topology and the reference facts needed to rebuild its command."""
+
+    name: str
+    task: str
+    seed: int
+    num_gpus: int
+    model: str | None = None
+    local_model: str | None = None
+    tags: tuple[str, ...] = ()
+    gated: bool = False
+    prompt: str | None = None
+    prompt_summary: str | None = None
+    negative_prompt: str | None = None
+    negative_prompt_summary: str | None = None
+    asset: str | None = None
+    width: int | None = None
+    height: int | None = None
+    num_frames: int | None = None
+    fps: int | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    config_overrides: Mapping[str, Any] | None = None
+    nightly_case_id: str | None = None
+    nightly_cli_ignored: tuple[str, ...] = ()
+    force_eager: bool = False
+    bcg_warmup_resolutions: tuple[str, ...] = ()
+    unknown_fields: tuple[str, ...] = ()
+    notes: str = ""
+    position: int = 0  # 1-based place in the catalog (reference dict order)
+
+    @property
+    def all_tags(self) -> tuple[str, ...]:
+        """Derived tags (task, gated, nightly, gpus-N, cpu, incomplete) plus the preset's own."""
+        derived = [self.task, f"gpus-{self.num_gpus}"]
+        if self.gated:
+            derived.append("gated")
+        if self.nightly_case_id:
+            derived.append("nightly")
+        if self.num_gpus == 0:
+            derived.append("cpu")
+        if self.unknown_fields:
+            derived.append("incomplete")
+        return tuple(dict.fromkeys([*derived, *self.tags]))
+
+    @property
+    def complete(self) -> bool:
+        return not self.unknown_fields
+
+    @property
+    def model_label(self) -> str:
+        return self.model if self.model else f"<local:{self.local_model}>"
+
+    def shape_args(self) -> list[str]:
+        """The structured request fields as CLI tokens, in a fixed order."""
+        tokens = []
+        for field in SHAPE_FIELDS:
+            value = getattr(self, field)
+            if value is not None:
+                tokens.append(f"--{field.replace('_', '-')}={value}")
+        return tokens
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "position": self.position, "model": self.model, "local_model": self.local_model,
+                "task": self.task, "tags": list(self.all_tags), "gated": self.gated, "num_gpus": self.num_gpus,
+                "nightly_case_id": self.nightly_case_id, "prompt": self.prompt, "prompt_summary": self.prompt_summary,
+                "negative_prompt": self.negative_prompt, "asset": self.asset, "seed": self.seed,
+                **{f: getattr(self, f) for f in SHAPE_FIELDS}, "extra_args": list(self.extra_args),
+                "env": dict(self.env), "config_overrides": self.config_overrides,
+                "force_eager": self.force_eager, "bcg_warmup_resolutions": list(self.bcg_warmup_resolutions),
+                "unknown_fields": list(self.unknown_fields), "complete": self.complete, "notes": self.notes}
+
+
+def _flag_name(token: str) -> str:
+    return token.split("=", 1)[0]
+
+
+def _schema_problems(document: Any) -> list[str]:
+    """Schema errors phrased with the preset's name and field, e.g. "preset 'flux' (#1), field 'seed': ..."."""
+    names = {}
+    if isinstance(document, dict) and isinstance(document.get("presets"), list):
+        names = {i: p.get("name", "?") for i, p in enumerate(document["presets"]) if isinstance(p, dict)}
+    problems = []
+    for err in sorted(contract.validator(SCHEMA_ID).iter_errors(document), key=lambda e: list(e.absolute_path)):
+        where = list(err.absolute_path)
+        if len(where) >= 2 and where[0] == "presets":
+            field = "/".join(map(str, where[2:])) or "<entry>"
+            problems.append(f"preset {names.get(where[1], '?')!r} (#{where[1] + 1}), field {field!r}: {err.message}")
+        else:
+            problems.append(f"{'/'.join(map(str, where)) or '<root>'}: {err.message}")
+    return problems
+
+
+def _semantic_problems(entries: list[dict[str, Any]], asset_ids: Iterable[str] | None) -> list[str]:
+    problems, seen = [], set()
+    known_assets = set(asset_ids) if asset_ids is not None else None
+    for i, entry in enumerate(entries):
+        where = f"preset {entry['name']!r} (#{i + 1})"
+        if entry["name"] in seen:
+            problems.append(f"{where}, field 'name': duplicate preset name")
+        seen.add(entry["name"])
+        unknown = entry.get("unknown_fields", [])
+        if "prompt" not in entry and "prompt" not in unknown:
+            problems.append(f"{where}, field 'prompt': missing; set it or list 'prompt' in unknown_fields")
+        if "prompt" in entry and "prompt" in unknown:
+            problems.append(f"{where}, field 'prompt': set but also listed in unknown_fields")
+        for token in entry.get("extra_args", []):
+            if _flag_name(token) in OWNED_FLAGS:
+                problems.append(f"{where}, field 'extra_args': {_flag_name(token)} is built from the preset's own "
+                                "fields; set the field instead")
+        if entry.get("nightly_cli_ignored") and not entry.get("nightly_case_id"):
+            problems.append(f"{where}, field 'nightly_cli_ignored': only meaningful with nightly_case_id")
+        if known_assets is not None and entry.get("asset") and entry["asset"] not in known_assets:
+            problems.append(f"{where}, field 'asset': {entry['asset']!r} is not in data/assets.yaml")
+    return problems
+
+
+def parse_catalog(document: Any, source: str, asset_ids: Iterable[str] | None = None) -> tuple[Preset, ...]:
+    """Validate a loaded presets document and turn it into Presets; every problem is named in one InputError."""
+    problems = _schema_problems(document)
+    if not problems:
+        problems = _semantic_problems(document["presets"], asset_ids)
+    if problems:
+        raise contract.InputError("input.presets_invalid", f"{source}: " + "; ".join(problems[:8]),
+                                  f"fix the entry so it follows schemas/{SCHEMA_ID}.schema.json",
+                                  details={"problems": problems})
+    presets = []
+    for i, entry in enumerate(document["presets"]):
+        fields = dict(entry)
+        for key in ("tags", "extra_args", "nightly_cli_ignored", "bcg_warmup_resolutions", "unknown_fields"):
+            if key in fields:
+                fields[key] = tuple(fields[key])
+        presets.append(Preset(position=i + 1, **fields))
+    return tuple(presets)
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise contract.InputError("input.unreadable", f"cannot read {path}: {exc.strerror}",
+                                  "check the path and permissions") from exc
+    except yaml.YAMLError as exc:
+        raise contract.InputError("input.not_yaml", f"{path} is not valid YAML: {exc}", "fix the YAML syntax") from exc
+
+
+@functools.lru_cache(maxsize=4)
+def load_presets(path: Path = PRESETS_FILE) -> tuple[Preset, ...]:
+    from . import assets  # the asset manifest is checked too: a preset may only name known assets
+
+    return parse_catalog(load_yaml(path), str(path), [a.id for a in assets.load_manifest()])
+
+
+def get_preset(name: str, presets: Iterable[Preset] | None = None) -> Preset:
+    catalog = tuple(presets) if presets is not None else load_presets()
+    for preset in catalog:
+        if preset.name == name:
+            return preset
+    raise contract.UsageError("usage.unknown_preset", f"no preset named {name!r}",
+                              "list them with: bench_diffusion_denoise.py --list-models")
+
+
+def filter_presets(presets: Iterable[Preset], *, tags: Iterable[str] = (), max_gpus: int | None = None,
+                   tasks: Iterable[str] = ()) -> list[Preset]:
+    """Presets carrying every tag in ``tags``, needing at most ``max_gpus`` GPUs, of any task in ``tasks``."""
+    wanted_tags, wanted_tasks = set(tags), set(tasks)
+    return [p for p in presets
+            if wanted_tags <= set(p.all_tags)
+            and (max_gpus is None or p.num_gpus <= max_gpus)
+            and (not wanted_tasks or p.task in wanted_tasks)]
+
+
+def _shape(p: Preset) -> str:
+    parts = []
+    if p.width and p.height:
+        parts.append(f"{p.width}x{p.height}")
+    if p.num_frames:
+        parts.append(f"F{p.num_frames}")
+    if p.fps:
+        parts.append(f"{p.fps} fps")
+    if p.num_inference_steps:
+        parts.append(f"{p.num_inference_steps} steps")
+    if p.guidance_scale is not None:
+        parts.append(f"cfg {p.guidance_scale:g}")
+    return ", ".join(parts) or "defaults"
+
+
+def render_preset_table(presets: Iterable[Preset] | None = None) -> str:
+    """Markdown table of the catalog, for the generated 'presets' block in the docs."""
+    catalog = tuple(presets) if presets is not None else load_presets()
+    lines = ["| # | Preset | Task | Model | GPUs | Nightly case | Request | Tags | Buildable |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for p in catalog:
+        tags = ", ".join(t for t in p.all_tags if t not in (p.task, f"gpus-{p.num_gpus}"))
+        buildable = "yes" if p.complete else "no: unknown " + ", ".join(p.unknown_fields)
+        lines.append(f"| {p.position} | `{p.name}` | {p.task} | `{p.model_label}` | {p.num_gpus} | "
+                     f"{p.nightly_case_id or '-'} | {_shape(p)} | {tags or '-'} | {buildable} |")
+    return "\n".join(lines) + "\n"
