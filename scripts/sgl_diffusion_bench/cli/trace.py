@@ -1,0 +1,150 @@
+"""analyze_trace: hotspots, eager-vs-graph comparison and fast-path classification of torch.profiler traces."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import tempfile
+from pathlib import Path
+
+from .. import contract, fast_paths, selftest
+from ..trace.analyses.classify import classify_trace
+from ..trace.analyses.compare import compare_traces
+from ..trace.analyses.ranks import analyze_ranks
+from ..trace.load import load_trace
+from ..trace.render import render_classify_text, render_compare_markdown, render_hotspots_text
+from ..trace.summary import hotspots_body, trace_info
+from . import _runner
+
+TOOL = "analyze_trace"
+SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "data" / "sample_trace.json.gz"
+EPILOG = """examples:
+  python3 scripts/analyze_trace.py hotspots prof/*-global-rank0.trace.json.gz --top 20 --json
+  python3 scripts/analyze_trace.py hotspots rank0.trace.json.gz rank1.trace.json.gz --json   # ranks + skew
+  python3 scripts/analyze_trace.py compare eager.trace.json.gz graph.trace.json.gz --markdown table.md --json
+  python3 scripts/analyze_trace.py classify prof/*.trace.json.gz --top 15 --json
+
+""" + _runner.EXIT_CODES_EPILOG
+
+
+def build_parser() -> _runner.Parser:
+    parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
+    sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
+    parent = _runner.json_flag_parent()
+    p = sub.add_parser("hotspots", parents=[parent], help="kernels, launches, stages and steps of one or more traces")
+    p.add_argument("traces", nargs="+", metavar="TRACE", help=".json or .json.gz Chrome trace; several = ranks")
+    p.add_argument("--top", type=int, default=30, help="kernels/CPU ops shown on stdout (default 30)")
+    p.add_argument("--output", help="write the full, unbounded document (every kernel) to this file")
+    p = sub.add_parser("compare", parents=[parent], help="two traces (e.g. eager vs graph) as the PR profile table")
+    p.add_argument("trace_a", metavar="A")
+    p.add_argument("trace_b", metavar="B")
+    p.add_argument("--label-a", default="A")
+    p.add_argument("--label-b", default="B")
+    p.add_argument("--top", type=int, default=15, help="changed kernels listed (default 15)")
+    p.add_argument("--markdown", help="also write the Markdown table to this file")
+    p = sub.add_parser("classify", parents=[parent], help="label hot kernels and unfused chains with fast-path families")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--top", type=int, default=20, help="hot kernels classified (default 20)")
+    return parser
+
+
+def _positive(value: int, flag: str) -> int:
+    if value < 1:
+        raise contract.UsageError("usage.bad_value", f"{flag} must be at least 1, got {value}", f"pass {flag} 10")
+    return value
+
+
+def _write(path: str, text: str) -> str:
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise contract.UsageError("usage.output_unwritable", f"cannot write {target}: {exc}",
+                                  "choose a writable path for the output file") from exc
+    return str(target)
+
+
+def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
+    traces = [load_trace(p) for p in paths]
+    if len(traces) == 1:
+        full = contract.envelope("trace-hotspots.v1", TOOL, output=output, **hotspots_body(traces[0], None))
+        doc = contract.envelope("trace-hotspots.v1", TOOL, output=output, **hotspots_body(traces[0], top))
+        text = render_hotspots_text(doc)
+    else:
+        bodies_full = [hotspots_body(t, None) for t in traces]
+        ranks = analyze_ranks(traces, bodies_full)
+        full = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=bodies_full, **ranks)
+        doc = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=[hotspots_body(t, top) for t in traces],
+                                **ranks)
+        text = "\n".join(render_hotspots_text(b) for b in doc["traces"])
+    if output:
+        contract.check_document(full)
+        _write(output, contract.dumps(full) + "\n")
+    return _runner.Result(doc, text)
+
+
+def handle(args: argparse.Namespace) -> _runner.Result:
+    if args.command is None:
+        raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
+    if args.command == "hotspots":
+        return hotspots(args.traces, _positive(args.top, "--top"), args.output)
+    if args.command == "compare":
+        a, b = load_trace(args.trace_a), load_trace(args.trace_b)
+        result = compare_traces(a, b, (args.label_a, args.label_b), _positive(args.top, "--top"))
+        markdown = render_compare_markdown(result)
+        path = _write(args.markdown, markdown) if args.markdown else None
+        doc = contract.envelope("trace-compare.v1", TOOL, traces={"a": trace_info(a), "b": trace_info(b)},
+                                markdown=markdown, markdown_path=path, **result)
+        return _runner.Result(doc, markdown)
+    trace = load_trace(args.trace)
+    registry = fast_paths.load_registry()
+    result = classify_trace(trace, registry, _positive(args.top, "--top"))
+    doc = contract.envelope("trace-classify.v1", TOOL, trace=trace_info(trace),
+                            registry=str(fast_paths.REGISTRY_PATH.name), **result)
+    return _runner.Result(doc, render_classify_text(result))
+
+
+def self_tests() -> list[selftest.Check]:
+    def registry_loads() -> str:
+        registry = fast_paths.load_registry()
+        table = fast_paths.render_family_table()
+        return f"{len(registry.families)} families load; family table has {table.count(chr(10)) - 2} rows"
+
+    def sample_hotspots() -> str:
+        doc = hotspots([str(SAMPLE_TRACE)], 5, None).document
+        contract.check_document(doc)
+        if not doc["kernels"] or "DenoisingStage" not in doc["stages"]:
+            raise AssertionError("bundled sample trace lost its kernels or stages")
+        return (f"bundled trace: {doc['kernels_total']['count']} kernels, stages {sorted(doc['stages'])}, "
+                f"{doc['denoise']['steps']} denoise steps")
+
+    def sample_classify_and_compare() -> str:
+        trace = load_trace(SAMPLE_TRACE)
+        result = classify_trace(trace, fast_paths.load_registry(), 5)
+        families = sorted(result["families"])
+        compare = compare_traces(trace, trace, ("a", "b"))
+        if any(m["delta"] not in (0, None) for m in compare["metrics"]):
+            raise AssertionError("a trace compared with itself shows a difference")
+        return f"classified families {families}; self-compare has no differences"
+
+    def corrupt_input_is_input_error() -> str:
+        with tempfile.TemporaryDirectory(prefix="analyze_trace_selftest_") as tmp:
+            bad = Path(tmp) / "cut.json.gz"
+            bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:-6])
+            try:
+                load_trace(bad)
+            except contract.InputError as exc:
+                return f"truncated trace -> {exc.code}"
+        raise AssertionError("a truncated trace was accepted")
+
+    return [*selftest.schema_checks(["trace-hotspots.v1", "trace-ranks.v1", "trace-compare.v1", "trace-classify.v1",
+                                     "fast-paths.v1"]),
+            selftest.Check("fast-path-registry", registry_loads),
+            selftest.Check("sample-hotspots", sample_hotspots),
+            selftest.Check("sample-classify-compare", sample_classify_and_compare),
+            selftest.Check("corrupt-trace", corrupt_input_is_input_error)]
+
+
+def main(argv=None) -> int:
+    return _runner.run(TOOL, build_parser(), handle, self_tests, argv)

@@ -1,0 +1,50 @@
+"""Device time by kernel name (and memcpy/memset apart), plus the busiest CPU ops: where the time goes."""
+
+from __future__ import annotations
+
+from ..model import KERNEL, Trace
+
+
+def _table(trace: Trace, rows: list[int], names: list[int], durs: list[float]) -> list[dict]:
+    count: dict[int, int] = {}
+    total: dict[int, float] = {}
+    for i in rows:
+        n = names[i]
+        count[n] = count.get(n, 0) + 1
+        total[n] = total.get(n, 0.0) + durs[i]
+    grand = sum(total.values())
+    table = [{"name": trace.names[n], "count": c, "total_us": round(total[n], 3), "mean_us": round(total[n] / c, 3),
+              "share": round(total[n] / grand, 6) if grand > 0 else 0.0} for n, c in count.items()]
+    table.sort(key=lambda r: (-r["total_us"], r["name"]))
+    return table
+
+
+def kernel_rows(trace: Trace, kind: int = KERNEL, stage: int | None = None) -> list[int]:
+    """Indices of device ops of one kind, optionally only those launched inside stage ``stage``."""
+    kinds = trace.device.kind
+    rows = [i for i in range(len(trace.device)) if kinds[i] == kind]
+    if stage is not None:
+        rows = [i for i in rows if trace.device_stage(i) == stage]
+    return rows
+
+
+def analyze_kernels(trace: Trace, rows: list[int] | None = None) -> list[dict]:
+    """Kernels by total device time (name, count, total_us, mean_us, share of all kernel time), largest first."""
+    rows = kernel_rows(trace) if rows is None else rows
+    return _table(trace, rows, trace.device.name, trace.device.dur)
+
+
+def analyze_memory_ops(trace: Trace) -> list[dict]:
+    kinds = trace.device.kind
+    rows = [i for i in range(len(trace.device)) if kinds[i] != KERNEL]
+    return _table(trace, rows, trace.device.name, trace.device.dur)
+
+
+def analyze_cpu_ops(trace: Trace) -> list[dict]:
+    """CPU ops by total (inclusive) host time; nested ops each count their own duration."""
+    return _table(trace, list(range(len(trace.cpu_ops))), trace.cpu_ops.name, trace.cpu_ops.dur)
+
+
+def totals(table: list[dict]) -> dict:
+    return {"distinct": len(table), "count": sum(r["count"] for r in table),
+            "total_us": round(sum(r["total_us"] for r in table), 3)}

@@ -1,0 +1,252 @@
+"""The trace model: one compact, columnar table per event kind, interned names, and stage/step tags.
+
+Built once per file by ``build_trace``; every analysis reads it and nothing mutates it afterwards.
+
+How events are tied together (the same link the ``ac2g`` flow arrows draw in a trace viewer): a device op (kernel,
+memcpy, memset) carries the ``correlation`` id of the host runtime/driver call that launched it, and a CUDA-graph
+replay gives all its kernels the correlation id of the one ``cudaGraphLaunch``. The host call then sits on a CPU
+thread inside the stage and step ranges, so each kernel is attributed to the stage and step that *launched* it.
+
+Stages come from what the trace carries:
+- ``annotations``: ``record_function`` ranges (``TextEncodingStage``, ``DenoisingStage``, ``DecodingStage``, ...);
+  the outermost enclosing range names the stage, ``denoising_step_N`` ranges name the steps.
+- ``python_frames``: traces written by ``sglang generate --profile`` have no stage annotations, only stack frames;
+  the outermost frame of a module under ``.../pipelines_core/stages/<module>.py`` on the launching thread names the
+  stage (``denoising`` -> ``DenoisingStage``), and ``ProfilerStep#N`` ranges name the steps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from typing import Iterable, Sequence
+
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+DEVICE_KINDS = {"kernel": KERNEL, "Kernel": KERNEL, "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY,
+                "gpu_memset": MEMSET, "Memset": MEMSET}
+RUNTIME, DRIVER = 0, 1
+CALL_KINDS = {"cuda_runtime": RUNTIME, "Runtime": RUNTIME, "cuda_driver": DRIVER, "Driver": DRIVER}
+CPU_OP_CATEGORIES = {"cpu_op", "Operator"}
+
+STEP_ANNOTATION = re.compile(r"^(?:denoising_step|denoise_step)_(\d+)$")
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# A Python frame of a pipeline stage module, as torch.profiler names it: "<path>/stages/denoising.py(1123): forward".
+STAGE_FRAME = re.compile(r"/stages/([a-z][a-z0-9_]*)\.py\(\d+\): ")
+NON_STAGE_MODULES = frozenset({"base", "validators", "utils"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Events:
+    """A columnar table of complete ('X') events of one kind; ``name`` indexes ``Trace.names``."""
+
+    name: list[int]
+    ts: list[float]
+    dur: list[float]
+    thread: list[int]
+    kind: list[int]
+    correlation: list[int]
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    intervals: tuple[tuple[float, float], ...]  # outermost CPU ranges, sorted, non-overlapping
+
+    @property
+    def cpu_us(self) -> float:
+        return sum(end - start for start, end in self.intervals)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    number: int
+    label: str
+    start: float
+    end: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    source: str
+    json_bytes: int
+    event_count: int
+    rank: int | None
+    world_size: int | None
+    names: list[str]
+    device: Events
+    calls: Events
+    annotations: Events
+    cpu_ops: Events
+    stages: tuple[Stage, ...]
+    stage_source: str  # "annotations" | "python_frames" | "none"
+    steps: tuple[Step, ...]
+    step_source: str  # "step_annotations" | "profiler_steps" | "none"
+    device_call: list[int]  # per device op: index into ``calls`` of its launch, -1 when the launch is not in the trace
+    call_stage: list[int]  # per call: index into ``stages``, -1 outside every stage
+    call_step: list[int]  # per call: index into ``steps``, -1 outside every step
+
+    def device_stage(self, i: int) -> int:
+        call = self.device_call[i]
+        return self.call_stage[call] if call >= 0 else -1
+
+    def device_step(self, i: int) -> int:
+        call = self.device_call[i]
+        return self.call_step[call] if call >= 0 else -1
+
+
+def _new_events() -> Events:
+    return Events([], [], [], [], [], [])
+
+
+def stage_name_for_module(module: str) -> str:
+    """``text_encoding`` -> ``TextEncodingStage``: the engine names its stage classes after their modules."""
+    return "".join(part.capitalize() for part in module.split("_")) + "Stage"
+
+
+def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | None,
+                world_size: int | None) -> Trace:
+    """Split decoded events into tables (one pass), intern names, then tag launches with stage and step."""
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+    thread_ids: dict[tuple, int] = {}
+    device, calls, annotations, cpu_ops, frames = (_new_events() for _ in range(5))
+    device_kinds, call_kinds = DEVICE_KINDS, CALL_KINDS
+
+    def intern(name: str) -> int:
+        nid = name_ids.get(name)
+        if nid is None:
+            nid = name_ids[name] = len(names)
+            names.append(name)
+        return nid
+
+    def add(table: Events, e, kind: int, correlation: int, name: str | None = None) -> None:
+        thread = thread_ids.setdefault((e.pid, e.tid), len(thread_ids))
+        table.name.append(intern(e.name if name is None else name))
+        table.ts.append(e.ts)
+        table.dur.append(e.dur)
+        table.thread.append(thread)
+        table.kind.append(kind)
+        table.correlation.append(correlation)
+
+    for e in events:
+        if e.ph != "X":
+            continue
+        cat = e.cat
+        kind = device_kinds.get(cat)
+        if kind is not None:
+            args = e.args
+            add(device, e, kind, args.correlation if args is not None and args.correlation is not None else -1)
+            continue
+        kind = call_kinds.get(cat)
+        if kind is not None:
+            args = e.args
+            add(calls, e, kind, args.correlation if args is not None and args.correlation is not None else -1)
+        elif cat in CPU_OP_CATEGORIES:
+            add(cpu_ops, e, 0, -1)
+        elif cat == "user_annotation":
+            add(annotations, e, 0, -1)
+        elif cat == "python_function" and "/stages/" in e.name:
+            match = STAGE_FRAME.search(e.name)
+            if match and match.group(1) not in NON_STAGE_MODULES:
+                add(frames, e, 0, -1, stage_name_for_module(match.group(1)))
+
+    by_correlation = {c: i for i, c in enumerate(calls.correlation) if c >= 0}
+    device_call = [by_correlation.get(c, -1) for c in device.correlation]
+
+    stages, stage_source, stage_ranges, per_thread = _stages(names, annotations, frames)
+    steps, step_source = _steps(names, annotations)
+    call_stage = _assign(calls, stage_ranges, per_thread)
+    step_ranges = [(s.start, s.end, i) for i, s in enumerate(steps)]
+    call_step = _assign(calls, {None: _outermost(step_ranges)}, per_thread=False)
+    return Trace(source=source, json_bytes=json_bytes, event_count=len(events), rank=rank, world_size=world_size,
+                 names=names, device=device, calls=calls, annotations=annotations, cpu_ops=cpu_ops,
+                 stages=stages, stage_source=stage_source, steps=steps, step_source=step_source,
+                 device_call=device_call, call_stage=call_stage, call_step=call_step)
+
+
+def _outermost(ranges: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
+    """Drop ranges that start inside an earlier kept range (nested or overlapping): each instant gets one owner."""
+    kept: list[tuple[float, float, int]] = []
+    for start, end, ident in sorted(ranges, key=lambda r: (r[0], -r[1])):
+        if kept and start < kept[-1][1]:
+            continue
+        kept.append((start, end, ident))
+    return kept
+
+
+def _stages(names: list[str], annotations: Events, frames: Events):
+    """Stage ranges from annotations when the trace has them, else from stage-module Python frames."""
+    candidates = [i for i, n in enumerate(annotations.name)
+                  if not PROFILER_STEP.match(names[n]) and not STEP_ANNOTATION.match(names[n])]
+    if candidates:
+        table, source, per_thread = annotations, "annotations", False
+    elif len(frames):
+        table, source, per_thread, candidates = frames, "python_frames", True, list(range(len(frames)))
+    else:
+        return (), "none", {}, False
+    order: dict[str, int] = {}
+    for i in sorted(candidates, key=lambda i: table.ts[i]):
+        order.setdefault(names[table.name[i]], len(order))
+    grouped: dict[object, list[tuple[float, float, int]]] = {}
+    for i in candidates:
+        key = table.thread[i] if per_thread else None
+        grouped.setdefault(key, []).append((table.ts[i], table.ts[i] + table.dur[i], order[names[table.name[i]]]))
+    ranges = {key: _outermost(r) for key, r in grouped.items()}
+    intervals: dict[int, list[tuple[float, float]]] = {}
+    for kept in ranges.values():
+        for start, end, ident in kept:
+            intervals.setdefault(ident, []).append((start, end))
+    stages = tuple(Stage(name, tuple(union_intervals(intervals.get(ident, []))))
+                   for name, ident in sorted(order.items(), key=lambda kv: kv[1]))
+    return stages, source, ranges, per_thread
+
+
+def _steps(names: list[str], annotations: Events) -> tuple[tuple[Step, ...], str]:
+    for pattern, source in ((STEP_ANNOTATION, "step_annotations"), (PROFILER_STEP, "profiler_steps")):
+        found = []
+        for i, n in enumerate(annotations.name):
+            match = pattern.match(names[n])
+            if match:
+                start = annotations.ts[i]
+                found.append(Step(int(match.group(1)), names[n], start, start + annotations.dur[i]))
+        if found:
+            return tuple(sorted(found, key=lambda s: (s.start, s.number))), source
+    return (), "none"
+
+
+def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
+    """For each call, the id of the kept range containing its start (on its own thread when ``per_thread``)."""
+    index = {key: ([r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept]) for key, kept in ranges.items()}
+    out = [-1] * len(calls)
+    if not index:
+        return out
+    right = bisect.bisect_right
+    for i, (ts, thread) in enumerate(zip(calls.ts, calls.thread)):
+        found = index.get(thread if per_thread else None)
+        if found is None:
+            continue
+        starts, ends, ids = found
+        j = right(starts, ts) - 1
+        if j >= 0 and ts < ends[j]:
+            out[i] = ids[j]
+    return out
+
+
+def union_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Merge overlapping intervals, so overlapping time is counted once."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def union_us(intervals: Iterable[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in union_intervals(intervals))

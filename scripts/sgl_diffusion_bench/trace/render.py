@@ -1,0 +1,59 @@
+"""Markdown/text renderings of trace analysis results; they read result dicts only, never the trace."""
+
+from __future__ import annotations
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return f"{value:,}"
+
+
+def _short(name: str, width: int = 90) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def render_compare_markdown(result: dict) -> str:
+    a, b = result["labels"]["a"], result["labels"]["b"]
+    steps = result["steps"]
+    lines = [f"Scope: {result['scope']} ({steps['a']} / {steps['b']} denoise steps).", "",
+             f"| Diagnostic | {a} | {b} |", "|---|---:|---:|"]
+    for m in result["metrics"]:
+        lines.append(f"| {m['label']} | {_fmt(m['a'])} | {_fmt(m['b'])} |")
+    if result["time_changes"]:
+        lines += ["", "Kernels whose time changed most:", "",
+                  f"| Kernel | count {a} | count {b} | us {a} | us {b} | delta us |", "|---|---:|---:|---:|---:|---:|"]
+        for c in result["time_changes"][:10]:
+            lines.append(f"| `{_short(c['name'])}` | {c['count_a']} | {c['count_b']} | {_fmt(c['total_us_a'])} | "
+                         f"{_fmt(c['total_us_b'])} | {_fmt(c['delta_us'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_hotspots_text(body: dict, top: int = 10) -> str:
+    info = body["trace"]
+    lines = [f"{info['path']}: {body['kernels_total']['count']:,} kernels, "
+             f"{body['kernels_total']['total_us'] / 1000:,.3f} ms device time; {body['host_launches']:,} host launches, "
+             f"{body['graph_launches']} graph launches (stages from {info['stage_source']})"]
+    for row in body["kernels"][:top]:
+        lines.append(f"  {row['total_us'] / 1000:10.3f} ms {row['share'] * 100:5.1f}% x{row['count']:<6} {_short(row['name'], 80)}")
+    for name, s in body["stages"].items():
+        lines.append(f"  stage {name}: GPU {s['gpu_us'] / 1000:.3f} ms, {s['kernels']} kernels, "
+                     f"{s['host_launches']} launches, CPU {s['cpu_us'] / 1000:.3f} ms")
+    d = body["denoise"]
+    if d and d["per_step"]:
+        p = d["per_step"]
+        lines.append(f"  per denoise step ({d['steps']} steps): GPU {p['gpu_us'] / 1000:.3f} ms, {p['kernels']:.0f} kernels, "
+                     f"{p['host_launches']:.0f} launches; device idle in denoise {d['idle_share'] * 100:.1f}%")
+    return "\n".join(lines)
+
+
+def render_classify_text(result: dict) -> str:
+    lines = ["hot kernels:"]
+    for row in result["hot"]:
+        lines.append(f"  [{row['family']}] {row['share'] * 100:5.1f}% {_short(row['name'], 80)}")
+    for chain in result["chains"]:
+        lines.append(f"unfused chain for {chain['family']} ({chain['family_name']}): {chain['occurrences']}x; "
+                     f"first check: {chain['first_check']}")
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Assemble the analyses of one trace into the payload of a ``trace-hotspots.v1`` document (data only)."""
+
+from __future__ import annotations
+
+from .analyses.hotspots import analyze_cpu_ops, analyze_kernels, analyze_memory_ops, totals
+from .analyses.launches import analyze_launches
+from .analyses.stages import analyze_stages
+from .model import Trace
+
+
+def trace_info(trace: Trace) -> dict:
+    return {"path": trace.source, "json_bytes": trace.json_bytes, "events": trace.event_count, "rank": trace.rank,
+            "world_size": trace.world_size, "stage_source": trace.stage_source, "step_source": trace.step_source}
+
+
+def hotspots_body(trace: Trace, top: int | None) -> dict:
+    """Kernels (bounded by ``top`` when given), memory ops, launches, stages, steps, denoise summary, CPU ops."""
+    kernels = analyze_kernels(trace)
+    launches = analyze_launches(trace)
+    stage_result = analyze_stages(trace)
+    cpu_ops = analyze_cpu_ops(trace)
+    limit = len(kernels) if top is None else top
+    return {
+        "trace": trace_info(trace),
+        "kernels": kernels[:limit],
+        "kernels_total": totals(kernels),
+        "kernels_shown": min(limit, len(kernels)),
+        "memory_ops": analyze_memory_ops(trace),
+        "launches": launches["launches"],
+        "host_launches": launches["host_launches"],
+        "graph_launches": launches["graph_launches"],
+        "runtime_calls": launches["runtime_calls"],
+        "stages": stage_result["stages"],
+        "unattributed": stage_result["unattributed"],
+        "steps": stage_result["steps"],
+        "denoise": stage_result["denoise"],
+        "cpu_ops": cpu_ops[: (len(cpu_ops) if top is None else top)],
+        "cpu_ops_total": totals(cpu_ops),
+    }
