@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from . import contract, paths
+from .env import repo_root as sglang_repo_root
 
 MARKER_NAME = ".sglang-diffusion-benchmark-cache"
 MARKER_TEXT = ("This directory is owned by sglang-diffusion-benchmark-profile (cleanup_model_cache.py).\n"
@@ -129,10 +130,8 @@ def child_name(model: str, label: str) -> str:
 
 def protected_paths() -> list[Path]:
     """Directories no cache root may be, or contain: /, $HOME, this bundle's checkout and the sglang checkout."""
-    from . import env  # env imports torch lazily; keep it off the import path of this module
-
     protected = [Path("/"), Path.home().resolve(), paths.CHECKOUT_ROOT.resolve()]
-    sglang_root, _ = env.repo_root()
+    sglang_root, _ = sglang_repo_root()
     if sglang_root is not None:
         protected.append(sglang_root.resolve())
     return protected
@@ -211,11 +210,14 @@ def walk_tree(top: Path) -> list[TreeEntry]:
         try:
             with os.scandir(current) as it:
                 children = sorted(it, key=lambda e: e.name, reverse=True)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue  # gone, or unreadable: its rmdir then fails and the re-scan reports the directory
         for item in children:
             path = Path(item.path)
-            st = os.lstat(path)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
             if stat.S_ISLNK(st.st_mode):
                 entries.append(TreeEntry(path, "link", st.st_size, os.path.realpath(path)))
             elif stat.S_ISDIR(st.st_mode):
@@ -382,8 +384,23 @@ def prepare_child_cache(root: str | Path, model: str, label: str,
             "cache.child_exists", f"child cache {child} already exists",
             f"clean it first (cleanup_model_cache.py cleanup --root {resolved_root} --child {name} ...) "
             "or use another --label")
-    root_created = _claim_root(resolved_root)
-    child.mkdir()
+    try:
+        root_created = _claim_root(resolved_root)
+        child.mkdir()
+    except OSError as exc:
+        raise contract.PreconditionError("cache.root_not_writable", f"cannot create {child}: {exc.strerror}",
+                                         "pass a --root on a writable disk") from None
+    try:
+        return _fill_child(resolved_root, child, model, label, seeds, root_created)
+    except OSError as exc:
+        raise contract.ToolError(
+            "cache.prepare_failed", f"preparing {child} failed: {exc}",
+            f"remove the partial child: cleanup_model_cache.py cleanup --root {resolved_root} --child {child.name} "
+            "--reason error --ledger FILE") from None
+
+
+def _fill_child(resolved_root: Path, child: Path, model: str, label: str, seeds: list,
+                root_created: bool) -> PreparedCache:
     env = cache_environment(child)
     manifest = {"manifest_version": 1, "model": model, "label": label, "root": str(resolved_root),
                 "child": str(child), "created_at": contract.utc_now(), "created_at_unix_s": time.time(),
