@@ -4,6 +4,7 @@ references' exact strings for what 0.5.10.post1 cannot print (BCG, late fusion, 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,8 @@ def test_every_marker_example_matches_its_pattern_and_only_bcg_sets_have_bcg_mar
     for marker in CATALOG.markers:
         qualities = CATALOG.late_fusion_qualities if marker.kind == "late_fusion" else (None,)
         assert any(marker.compiled(q).search(marker.example) for q in qualities), marker.id
+        # the gate skips a marker's regex unless this literal is on the line: it must be on the example's line
+        assert any(log_gates.required_literal(marker.compiled(q)) in marker.example.lower() for q in qualities)
     assert not [m.id for m in V0510.markers if m.kind.startswith("bcg") or m.kind == "late_fusion"]
     assert {"bcg_captured", "bcg_signature_missed", "late_quality_fusion_mount"} <= {m.id for m in V0523.markers}
     legacy = {"bcg_disabled", "bcg_incompatible_option"}
@@ -315,6 +318,18 @@ def test_a_warm_engine_request_relies_on_captures_made_before_it():
 
 # --- line handling -----------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("regex, literal", [
+    (r"\[Diffusion BCG\] captured(?: (?P<n>[0-9]+) segment\(s\))?", "[diffusion bcg] captured"),  # optional: out
+    (r"Warmup req(?: \([0-9]+/[0-9]+\))? processing failed", " processing failed"),
+    (r"^(?=.*Mounted )(?=.*for quality=high)", "for quality=high"),  # inside a positive lookahead
+    (r"^(?!.*Mounted)Generation", "generation"),                     # never from a negative lookahead
+    (r"(?:Generation|Request) failed", " failed"),
+    (r"[0-9]+", ""),                                                 # no literal: the regex always runs
+])
+def test_required_literal_takes_only_what_every_match_needs(regex, literal):
+    assert log_gates.required_literal(re.compile(regex)) == literal
+
+
 def test_colour_and_cursor_codes_do_not_hide_markers_or_numbers():
     gate = log_gates.RequestLogGate(V0523, bcg_expected=True)
     gate.feed("\x1b[A\r[12-01 10:00:40] [Diffusion BCG] captured \x1b[92m4\x1b[0;0m segment(s), \x1b[92m7\x1b[0;0m "
@@ -379,8 +394,9 @@ def test_cpu_diffusers_runs_stop_on_their_first_fallback_line(scenario, needle):
 
 def test_cpu_backend_sglang_on_an_unresolvable_model_is_an_engine_failure_not_a_fallback():
     verdict = scan(cpu_log("unresolved-backend-sglang"), V0510, require_native=True)
-    assert "engine.no_native_config" in codes(verdict) and verdict.fallback is None
-    assert not verdict.saved_outputs
+    assert codes(verdict) == {"engine.no_native_config", "engine.exception", "backend.no_native_evidence"}
+    assert verdict.fallback is None and not verdict.saved_outputs and verdict.generated_outputs is None
+    assert cpu_run("unresolved-backend-sglang")["returncode"] != 0
 
 
 @pytest.mark.parametrize("scenario", ["gen-failed-rc0-b6-off", "gen-failed-rc0-b5-off"])
@@ -388,5 +404,5 @@ def test_cpu_failed_generation_with_exit_code_zero_is_invalid(scenario):
     verdict = scan(cpu_log(scenario), V0510, require_native=True)
     assert cpu_run(scenario)["returncode"] == 0
     assert not verdict.valid and verdict.fallback is None
-    assert {"engine.generation_failed", "engine.zero_outputs"} & codes(verdict)
-    assert not verdict.saved_outputs
+    assert {"engine.request_error", "engine.generation_failed", "engine.zero_outputs"} <= codes(verdict)
+    assert verdict.generated_outputs == 0 and verdict.native_evidence and not verdict.saved_outputs

@@ -25,6 +25,11 @@ from typing import Any
 import yaml
 from packaging.version import InvalidVersion, Version
 
+try:
+    from re import _parser as _sre_parse  # Python 3.11+
+except ImportError:  # Python 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
 from . import contract, paths
 
 SCHEMA_ID = "log-markers.v1"
@@ -32,7 +37,6 @@ MARKERS_PATH = paths.DATA_DIR / "log_markers.yaml"
 QUALITY_PLACEHOLDER = "{quality}"
 # ANSI colour and cursor codes (the engine colours numbers and paths; tqdm moves the cursor).
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_NAMED_GROUP = re.compile(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>")
 MAX_RECORDED_LINES = 50  # per list; a crash loop must not turn a verdict into megabytes
 MAX_LINE_CHARS = 400
 
@@ -58,6 +62,26 @@ class Marker:
 
     def compiled(self, quality: str | None = None) -> re.Pattern[str]:
         return re.compile(self.source.replace(QUALITY_PLACEHOLDER, re.escape(quality or "")), re.IGNORECASE)
+
+
+def required_literal(pattern: re.Pattern[str]) -> str:
+    """The longest literal a line must contain for the pattern to match, lower-cased ("" if none found).
+
+    A cheap `in` test on the lower-cased line rules a marker out before its regex runs (most lines match no marker).
+    Only top-level literals and those inside top-level positive lookarounds qualify: nothing optional."""
+    return _longest_literal(_sre_parse.parse(pattern.pattern)).lower()
+
+
+def _longest_literal(sequence: Any) -> str:
+    best = run = ""
+    for op, arg in sequence:
+        if op is _sre_parse.LITERAL:
+            run += chr(arg)
+            continue
+        best, run = max(best, run, key=len), ""
+        if op is _sre_parse.ASSERT:  # (direction, subpattern); ASSERT_NOT is a different opcode
+            best = max(best, _longest_literal(arg[1]), key=len)
+    return max(best, run, key=len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,52 +149,53 @@ def _pattern_source(entry: dict[str, Any]) -> str:
     return "^" + "".join(f"(?=.*{_literal(part)})" for part in entry["all_of"])
 
 
-def _bad(field: str, message: str) -> contract.InputError:
-    return contract.InputError("log_markers.invalid", f"{MARKERS_PATH.name}: {field}: {message}",
-                               f"fix the entry so it follows schemas/{SCHEMA_ID}.schema.json and log_markers.yaml's header")
+def _bad(source: str, field: str, message: str) -> contract.InputError:
+    return contract.InputError("log_markers.invalid", f"{source}: {field}: {message}",
+                               "fix the entry as the header of data/log_markers.yaml describes")
 
 
 def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatalog:
     """Validate a parsed markers document (schema plus the rules a schema cannot say) and build the catalog."""
     problems = contract.validation_errors(document, SCHEMA_ID)
     if problems:
-        ids = [m.get("id") if isinstance(m, dict) else None for m in (document or {}).get("markers", [])] \
-            if isinstance(document, dict) and isinstance(document.get("markers"), list) else []
+        entries = document.get("markers") if isinstance(document, dict) else None
+        ids = [m.get("id") if isinstance(m, dict) else None for m in entries] if isinstance(entries, list) else []
         named = [re.sub(r"^markers/(\d+)", lambda g: f"markers[{g[1]}] (id={ids[int(g[1])]!r})", p) for p in problems]
         raise contract.InputError("log_markers.schema_mismatch", f"{source} does not match {SCHEMA_ID}: "
                                   + "; ".join(named[:5]), f"fix the file so it follows schemas/{SCHEMA_ID}.schema.json")
     releases = tuple(Release(r["id"], r["version"], r["bcg_supported"]) for r in document["releases"])
     release_ids = [r.id for r in releases]
     if len(set(release_ids)) != len(release_ids):
-        raise _bad("releases", "release ids must be unique")
+        raise _bad(source, "releases", "release ids must be unique")
     if [r.version is None for r in releases].count(True) != 1 or releases[-1].version is not None:
-        raise _bad("releases", "exactly one release (the last, upstream main) has version null")
+        raise _bad(source, "releases", "exactly one release (the last, upstream main) has version null")
     try:
         versions = [Version(r.version) for r in releases[:-1]]
     except InvalidVersion as exc:
-        raise _bad("releases[].version", str(exc)) from exc
+        raise _bad(source, "releases[].version", str(exc)) from exc
     if versions != sorted(versions) or len(set(versions)) != len(versions):
-        raise _bad("releases", "numbered releases must be listed oldest first, each once")
+        raise _bad(source, "releases", "numbered releases must be listed oldest first, each once")
     qualities = tuple(document["late_fusion_qualities"])
     markers: list[Marker] = []
     for entry in document["markers"]:
         where = f"markers[id={entry['id']!r}]"
         if any(m.id == entry["id"] for m in markers):
-            raise _bad(where, "duplicate id")
+            raise _bad(source, where, "duplicate id")
         unknown = [r for r in entry["releases"] if r not in release_ids]
         if unknown:
-            raise _bad(f"{where}.releases", f"unknown release(s) {unknown}; known: {release_ids}")
+            raise _bad(source, f"{where}.releases", f"unknown release(s) {unknown}; known: {release_ids}")
         source = _pattern_source(entry)
         if (QUALITY_PLACEHOLDER in source) != (entry["kind"] == "late_fusion"):
-            raise _bad(where, "late_fusion markers, and only they, must contain {quality}")
+            raise _bad(source, where, "late_fusion markers, and only they, must contain {quality}")
         marker = Marker(entry["id"], entry["kind"], entry["code"], source, entry.get("stop", False),
                         tuple(entry["releases"]), entry["example"])
         try:
             candidates = [marker.compiled(q) for q in (qualities if marker.kind == "late_fusion" else (None,))]
         except re.error as exc:
-            raise _bad(f"{where}.regex", f"does not compile: {exc}") from exc
-        if not any(p.search(entry["example"]) for p in candidates):
-            raise _bad(f"{where}.example", "the example line does not match the marker's own pattern")
+            raise _bad(source, f"{where}.regex", f"does not compile: {exc}") from exc
+        example = entry["example"]
+        if not any(p.search(example) and required_literal(p) in example.lower() for p in candidates):
+            raise _bad(source, f"{where}.example", "the example line does not match the marker's own pattern")
         markers.append(marker)
     return MarkerCatalog(releases, tuple(markers), qualities)
 
@@ -304,11 +329,9 @@ class RequestLogGate:
         self.profiling = profiling
         self.prior_captures = prior_captures
         late_fusion_applies = bcg_expected and quality in markers.late_fusion_qualities
-        self._active = tuple((m, m.compiled(quality)) for m in markers.markers
-                             if m.kind != "late_fusion" or late_fusion_applies)
-        # One pass over the line decides whether any marker can match; most lines match none.
-        self._any = re.compile("|".join(f"(?:{_NAMED_GROUP.sub('(?:', p.pattern)})" for _, p in self._active),
-                               re.IGNORECASE)
+        compiled = [(m, m.compiled(quality)) for m in markers.markers
+                    if m.kind != "late_fusion" or late_fusion_applies]
+        self._active = tuple((m, p, required_literal(p)) for m, p in compiled)
         self._line_no = 0
         self._stop_reason: str | None = None
         self._fallback: LineRef | None = None
@@ -331,10 +354,11 @@ class RequestLogGate:
         """Take one log line; return a stop-reason code the first time a line means the run must stop now."""
         self._line_no += 1
         text = clean_line(line)
-        if not self._any.search(text):
-            return None
+        lowered = text.lower()
         stop = None
-        for marker, pattern in self._active:
+        for marker, pattern, literal in self._active:
+            if literal not in lowered:
+                continue
             match = pattern.search(text)
             if match and self._record(marker, match, text) and self._stop_reason is None:
                 self._stop_reason = stop = marker.code
