@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from conftest import REPO, SHARED_FIXTURES, TEST_FIXTURES
-from sgl_diffusion_bench import contract, log_gates
+from sgl_diffusion_bench import contract, log_gates, selftest
 
 H200 = SHARED_FIXTURES / "sglang-0.5.10-h200"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
@@ -406,3 +406,12 @@ def test_cpu_failed_generation_with_exit_code_zero_is_invalid(scenario):
     assert not verdict.valid and verdict.fallback is None
     assert {"engine.request_error", "engine.generation_failed", "engine.zero_outputs"} <= codes(verdict)
     assert verdict.generated_outputs == 0 and verdict.native_evidence and not verdict.saved_outputs
+
+
+def test_self_checks_pass_and_fail_on_broken_data(monkeypatch):
+    results = selftest.run_checks("test", log_gates.self_checks())
+    assert results["ok"], results["checks"]
+    broken = _catalog_with(lambda d: _marker(d, "falling_back_to_diffusers").update(stop=False))
+    monkeypatch.setattr(log_gates, "load_catalog", lambda path=None: log_gates.parse_catalog(broken))
+    failed = selftest.run_checks("test", log_gates.self_checks())
+    assert [c["ok"] for c in failed["checks"]] == [True, False]

@@ -30,7 +30,7 @@ try:
 except ImportError:  # Python 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-from . import contract, paths
+from . import contract, paths, selftest
 
 SCHEMA_ID = "log-markers.v1"
 MARKERS_PATH = paths.DATA_DIR / "log_markers.yaml"
@@ -492,3 +492,30 @@ def scan_log(text: str, markers: MarkerSet, *, bcg_expected: bool = False, quali
     for line in lines:
         gate.feed(line)
     return gate.verdict()
+
+
+def self_checks() -> list[selftest.Check]:
+    """For the --self-test of every tool that gates engine logs: the data loads and the gate works on its examples."""
+
+    def data() -> str:
+        catalog = load_catalog()
+        return f"{len(catalog.markers)} markers for releases {', '.join(r.id for r in catalog.releases)}; " \
+               "every example matches its own pattern"
+
+    def gate() -> str:
+        catalog = load_catalog()
+        for release in catalog.releases:
+            markers = catalog.for_release(release.id)
+            example = {m.id: m.example for m in markers.markers}
+            good = [example["sgl_diffusion_component"], example["generated_n_outputs"]]
+            if release.bcg_supported:
+                good.insert(1, example["bcg_captured"])
+            verdict = scan_log("\n".join(good), markers, bcg_expected=release.bcg_supported, require_native=True)
+            if not verdict.valid:
+                raise RuntimeError(f"{release.id}: a good log was judged invalid: {verdict.reason_codes()}")
+            fallback = RequestLogGate(markers, bcg_expected=False)
+            if fallback.feed(good[0]) or fallback.feed(example["falling_back_to_diffusers"]) is None:
+                raise RuntimeError(f"{release.id}: the gate did not stop on the diffusers-fallback line")
+        return "a good log passes and a diffusers fallback stops the run, for every release"
+
+    return [selftest.Check("log-markers:data", data), selftest.Check("log-markers:gate", gate)]
