@@ -204,13 +204,15 @@ def output_quality(cells: Sequence[Mapping[str, Any]], arms: Mapping[str, Mappin
     first used cell. None when no cell has outputs."""
     if not any(c.get("outputs") for c in cells):
         return None
-    lossless = [a for a, spec in arms.items() if (spec.get("quality") or LOSSLESS) == LOSSLESS]
+    ordered = sorted(arms, key=lambda a: (a != baseline, a))  # baseline first: stable whatever the dict order
+    lossless = [a for a in ordered if (arms[a].get("quality") or LOSSLESS) == LOSSLESS]
     checks = []
     if lossless:
         checks.append(byte_identity(cells, lossless))
     reference = next((c for c in cells if c["arm"] == baseline and c.get("status") == "valid"
                       and c.get("outputs")), None)
-    for arm, spec in arms.items():
+    for arm in ordered:
+        spec = arms[arm]
         if arm in lossless:
             continue
         if reference is None:

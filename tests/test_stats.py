@@ -1,0 +1,151 @@
+"""stats: the seed PR's published means and reductions, the verdict rule, outliers, and simulated error rates."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import REPO, TEST_FIXTURES
+from sgl_diffusion_bench import perf_dump, stats
+
+SEED = TEST_FIXTURES / "seed-pr-38591"
+ROWS = [(1, "A1", "eager"), (1, "B1", "bcg"), (1, "B2", "bcg"), (1, "A2", "eager"),
+        (2, "A1", "eager"), (2, "B1", "bcg"), (2, "B2", "bcg"), (2, "A2", "eager")]
+
+
+def seed_cells():
+    cells = []
+    for i, (rnd, pos, arm) in enumerate(ROWS):
+        perf = perf_dump.load_perf_dump(SEED / f"r{rnd}-{pos.lower()}-{arm}.json", "device").to_json()
+        cells.append({"index": i, "arm": arm, "round": rnd, "position": pos, "status": "valid", "perf": perf})
+    return cells
+
+
+def within_last_digit(value, printed: str, scale=1.0):
+    digits = len(printed.split(".")[1])
+    return abs(value * scale - float(printed)) <= 10 ** -digits + 1e-12
+
+
+def test_seed_pr_means_and_reductions():
+    summary = stats.summarize(seed_cells(), ["eager", "bcg"], "eager", "bcg")
+    eager, bcg = summary["arms"]["eager"], summary["arms"]["bcg"]
+    assert within_last_digit(eager["e2e_ms"]["mean"], "4.315577", 1e-3)
+    assert within_last_digit(bcg["e2e_ms"]["mean"], "4.177754", 1e-3)
+    assert within_last_digit(eager["denoise_ms"]["mean"], "4.119540", 1e-3)
+    assert within_last_digit(bcg["denoise_ms"]["mean"], "3.911356", 1e-3)
+    cmp = summary["comparison"]
+    assert within_last_digit(cmp["metrics"]["e2e_ms"]["change_pct"], "-3.194")
+    assert within_last_digit(cmp["metrics"]["denoise_ms"]["change_pct"], "-5.054")
+    assert [round(-r["e2e_change_pct"], 3) for r in cmp["rounds"]] == [4.771, 1.620]
+    assert cmp["rounds"][0]["baseline_cells"] == [0, 3] and cmp["rounds"][0]["candidate_cells"] == [1, 2]
+    # memory: 19.473 GiB -> 20.707 GiB from runtime_peak
+    assert round(cmp["memory"]["baseline_peak_mb"] / 1024, 3) == 19.473
+    assert round(cmp["memory"]["candidate_peak_mb"] / 1024, 3) == 20.707
+    assert cmp["memory"]["sources"] == ["runtime_peak"]
+
+
+def test_seed_pr_outlier_is_round_2_b1_text_encoding():
+    summary = stats.summarize(seed_cells(), ["eager", "bcg"], "eager", "bcg")
+    assert summary["arms"]["eager"]["outliers"] == []
+    (outlier,) = summary["arms"]["bcg"]["outliers"]
+    assert (outlier["cell"], outlier["round"], outlier["position"]) == (5, 2, "B1")
+    assert outlier["attributed_stage"] == "TextEncodingStage" and outlier["stage_ms"] == 371.106
+    assert 98 <= outlier["stage_median_ms"] <= 102
+    assert outlier["share_of_deviation"] > 0.9 and outlier["discarded"] is False
+    assert summary["arms"]["bcg"]["n_used"] == 4 and summary["comparison"]["discarded_cells"] == []
+
+
+def test_seed_pr_verdicts_are_honest():
+    """The outlier widens the E2E interval past the threshold band; denoise is clearly faster."""
+    cmp = stats.summarize(seed_cells(), ["eager", "bcg"], "eager", "bcg")["comparison"]
+    assert cmp["metrics"]["e2e_ms"]["verdict"] == "no-significant-change"
+    assert cmp["metrics"]["e2e_ms"]["ci_high_pct"] > -1.5 > cmp["metrics"]["e2e_ms"]["ci_low_pct"]
+    assert cmp["metrics"]["denoise_ms"]["verdict"] == "improved"
+    assert cmp["metrics"]["denoise_ms"]["ci_high_pct"] < -1.5
+    assert cmp["verdict"] == "no-significant-change" and cmp["primary_metric"] == "e2e_ms"
+    assert "every round's change is negative" in cmp["rule"] and "-1.5%" in cmp["rule"]
+    assert cmp["bootstrap"]["seed"] == stats.DEFAULT_SEED
+
+
+def test_discarding_outliers_is_explicit_and_changes_the_verdict():
+    summary = stats.summarize(seed_cells(), ["eager", "bcg"], "eager", "bcg", discard_outliers=True)
+    assert summary["arms"]["bcg"]["discarded_cells"] == [5] and summary["arms"]["bcg"]["n_used"] == 3
+    assert summary["arms"]["bcg"]["outliers"][0]["discarded"] is True
+    cmp = summary["comparison"]
+    assert cmp["discarded_cells"] == [5]
+    assert cmp["metrics"]["e2e_ms"]["candidate_mean"] == pytest.approx((4104.417 + 4105.608 + 4115.677) / 3)
+    assert cmp["verdict"] == "improved"
+
+
+def test_bootstrap_is_deterministic_and_seed_dependent():
+    cells = seed_cells()
+    a = stats.metric_change(cells, "eager", "bcg", "e2e_ms")
+    b = stats.metric_change(cells, "eager", "bcg", "e2e_ms")
+    c = stats.metric_change(cells, "eager", "bcg", "e2e_ms", seed=1)
+    assert a == b and (a["ci_low_pct"], a["ci_high_pct"]) != (c["ci_low_pct"], c["ci_high_pct"])
+
+
+def test_swapped_arms_regress():
+    cmp = stats.metric_change(seed_cells(), "bcg", "eager", "denoise_ms")
+    assert cmp["verdict"] == "regressed" and cmp["ci_low_pct"] > 1.5
+
+
+def cell(i, arm, rnd, e2e, status="valid"):
+    return {"index": i, "arm": arm, "round": rnd, "position": None, "status": status,
+            "perf": {"e2e_ms": e2e, "denoise_ms": e2e * 0.9, "stages": {"DenoisingStage": e2e * 0.9}}}
+
+
+def test_rounds_that_disagree_are_not_an_improvement():
+    cells = [cell(0, "A", 1, 1000), cell(1, "B", 1, 880), cell(2, "B", 1, 881), cell(3, "A", 1, 1001),
+             cell(4, "A", 2, 1000), cell(5, "B", 2, 1010), cell(6, "B", 2, 1011), cell(7, "A", 2, 1001)]
+    m = stats.metric_change(cells, "A", "B", "e2e_ms")
+    assert m["ci_high_pct"] < -1.5 and m["rounds_same_direction"] is False
+    assert m["verdict"] == "no-significant-change" and "rounds disagree" in m["reason"]
+
+
+def test_insufficient_data():
+    one_round = [cell(0, "A", 1, 1000), cell(1, "B", 1, 900), cell(2, "B", 1, 901), cell(3, "A", 1, 1001)]
+    m = stats.metric_change(one_round, "A", "B", "e2e_ms")
+    assert m["verdict"] == "insufficient-data" and "1 round(s)" in m["reason"]
+    assert m["change_pct"] == pytest.approx((900.5 - 1000.5) / 1000.5 * 100)  # still reported, not judged
+    invalid = [dict(c, status="invalid") if c["index"] == 2 else c for c in one_round]
+    m = stats.metric_change(invalid, "A", "B", "e2e_ms", min_rounds=1)
+    assert m["verdict"] == "insufficient-data" and "1 candidate" in m["reason"]
+    assert stats.metric_change(one_round, "A", "B", "e2e_ms", min_rounds=1)["verdict"] == "improved"
+
+
+def test_invalid_cells_are_not_counted():
+    cells = seed_cells()
+    cells[5]["status"] = "invalid"
+    summary = stats.summarize(cells, ["eager", "bcg"], "eager", "bcg")
+    assert summary["arms"]["bcg"]["n_cells"] == 4 and summary["arms"]["bcg"]["n_valid"] == 3
+    assert summary["comparison"]["rounds"][1]["candidate_cells"] == [6]
+
+
+def test_describe():
+    assert stats.describe([]) == {"n": 0, "mean": None, "median": None, "stdev": None, "cv_pct": None,
+                                  "min": None, "max": None}
+    one = stats.describe([5.0])
+    assert one["stdev"] is None and one["cv_pct"] is None and one["mean"] == 5.0
+    d = stats.describe([1.0, 2.0, 3.0, 10.0])
+    assert d["median"] == 2.5 and d["stdev"] == pytest.approx(4.0824829) and d["cv_pct"] == pytest.approx(102.062, 1e-4)
+
+
+def load_simulation():
+    spec = importlib.util.spec_from_file_location("simulate_verdicts", REPO / "benchmarks" / "simulate_verdicts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_simulated_false_positive_and_detection_rates_small():
+    """The benchmark runs 1,000 campaigns per scenario; here 150 with fewer resamples, asserted loosely."""
+    sim = load_simulation()
+    null = sim.verdict_rates(150, 2, 0.5, 0.0, seed=11, resamples=2000)
+    assert null["improved"] <= 0.03 and null["regressed"] <= 0.03
+    faster = sim.verdict_rates(150, 2, 0.5, -3.0, seed=12, resamples=2000)
+    assert faster["improved"] >= 0.9
+    noisy = sim.verdict_rates(150, 2, 5.0, -3.0, seed=13, resamples=2000)
+    assert noisy["improved"] < 0.5  # at CV 5% a 3% change must not be called reliably: the rule is not a rubber stamp
