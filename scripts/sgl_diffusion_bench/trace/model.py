@@ -31,6 +31,8 @@ CPU_OP_CATEGORIES = {"cpu_op", "Operator"}
 
 STEP_ANNOTATION = re.compile(r"^(?:denoising_step|denoise_step)_(\d+)$")
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# Stage annotations are plain identifiers; op-level records such as "nccl:all_reduce" or "FSDP::..." are not stages.
+STAGE_ANNOTATION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A Python frame of a pipeline stage module, as torch.profiler names it: "<path>/stages/denoising.py(1123): forward".
 STAGE_FRAME = re.compile(r"/stages/([a-z][a-z0-9_]*)\.py\(\d+\): ")
 NON_STAGE_MODULES = frozenset({"base", "validators", "utils"})
@@ -181,7 +183,7 @@ def _outermost(ranges: Iterable[tuple[float, float, int]]) -> list[tuple[float, 
 def _stages(names: list[str], annotations: Events, frames: Events):
     """Stage ranges from annotations when the trace has them, else from stage-module Python frames."""
     candidates = [i for i, n in enumerate(annotations.name)
-                  if not PROFILER_STEP.match(names[n]) and not STEP_ANNOTATION.match(names[n])]
+                  if STAGE_ANNOTATION.match(names[n]) and not STEP_ANNOTATION.match(names[n])]
     if candidates:
         table, source, per_thread = annotations, "annotations", False
     elif len(frames):

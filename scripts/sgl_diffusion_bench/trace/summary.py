@@ -30,6 +30,7 @@ def hotspots_body(trace: Trace, top: int | None) -> dict:
         "host_launches": launches["host_launches"],
         "graph_launches": launches["graph_launches"],
         "runtime_calls": launches["runtime_calls"],
+        "unresolved_calls": launches["unresolved_calls"],
         "stages": stage_result["stages"],
         "unattributed": stage_result["unattributed"],
         "steps": stage_result["steps"],

@@ -93,6 +93,9 @@ def analyze_stages(trace: Trace) -> dict:
         figures.update(cpu_us=round(stage.cpu_us, 3), cpu_ops=_ops_inside(op_starts, stage.intervals))
         stages[stage.name] = figures
     unattributed = by_stage[UNATTRIBUTED].figures() if UNATTRIBUTED in by_stage else None
+    if unattributed is not None and not (unattributed["kernels"] or unattributed["host_launches"]
+                                         or unattributed["graph_launches"]):
+        unattributed = None  # only non-launch calls (syncs, attribute queries) ran outside the stages
 
     denoise = denoise_stage_index(trace)
     denoise_intervals = trace.stages[denoise].intervals if denoise >= 0 else ()
