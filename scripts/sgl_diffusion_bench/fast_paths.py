@@ -136,10 +136,11 @@ def _cell(text: str) -> str:
 def render_family_table() -> str:
     """Markdown table of every family (generated into existing-fast-paths.md)."""
     registry = load_registry()
-    lines = ["| # | Family | Kernel / module names | Replaces (unfused chain) | Guards | Enablement | 0.5.10.post1 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| # | Family | Kernel / module names | Replaces (unfused chain) | Guards | Enablement | "
+             "First check when the guard missed | 0.5.10.post1 |",
+             "|---|---|---|---|---|---|---|---|"]
     for f in registry.families:
         names = ", ".join(f"`{k}`" for k in f.kernels)
         lines.append(f"| {f.id} | {_cell(f.name)} | {_cell(names)} | {_cell(f.replaces)} | {_cell(f.guards)} | "
-                     f"{_cell(f.enablement)} | {f.sglang.get('0.5.10.post1', 'unknown')} |")
+                     f"{_cell(f.enablement)} | {_cell(f.first_check)} | {f.sglang.get('0.5.10.post1', 'unknown')} |")
     return "\n".join(lines) + "\n"
