@@ -23,7 +23,8 @@ from .engine_probe import EngineCapabilities
 from .presets import Preset
 
 BENCHMARK_QUALITY_LEVELS = ("lossless", "extra-high", "high")
-LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")  # no '_': run ids use '__' between their parts
+# No '_' (run ids join their parts with '__') and no '.' (so "<run id>.*" never matches a longer run id).
+LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 BENCH_ENV_DEFAULTS = {"FLASHINFER_DISABLE_VERSION_CHECK": "1", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING": "1"}
 # Set by us on every run: NVML and CUDA then number GPUs the same way.
 BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -66,7 +67,7 @@ class RunOptions:
         for name, value in (("label", self.label), ("arm", self.arm)):
             if value is not None and not LABEL_PATTERN.match(value):
                 raise contract.UsageError("usage.bad_label", f"{name} {value!r} must match {LABEL_PATTERN.pattern}",
-                                          "use letters, digits, '.' and '-' (no '_', no '/')")
+                                          "use letters, digits and '-'")
         if self.quality is not None and self.quality not in BENCHMARK_QUALITY_LEVELS:
             raise contract.UsageError("usage.bad_quality", f"quality {self.quality!r} is not one of "
                                       f"{', '.join(BENCHMARK_QUALITY_LEVELS)}", "pick one of those")
@@ -164,8 +165,8 @@ def parse_cli_tokens(tokens: Sequence[str]) -> dict[str, str]:
 
 
 def run_id(preset: Preset, options: RunOptions) -> str:
-    """``<preset>__<label>[__<arm>][__rNNpNN]``: labels cannot contain '_', so a glob for one run id never matches
-    another label's files (``flux__base__*`` is not a prefix of ``flux__baseline__...``)."""
+    """``<preset>__<label>[__<arm>][__rNNpNN]``. Labels and arms hold neither '_' nor '.', so neither
+    ``flux__base__*`` nor ``flux__base.*`` can match a file of label ``baseline`` (or of any other run)."""
     return f"{preset.name}__{options.run_id_suffix}"
 
 

@@ -36,7 +36,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run options")
     group.add_argument("--model", help=f"preset to run (default {DEFAULT_PRESET}; see --list-models)")
     group.add_argument("--all", action="store_true", help="every preset (after --tag/--task/--max-gpus), in order")
-    group.add_argument("--label", default="baseline", help="names this run's files: letters, digits, '.', '-'")
+    group.add_argument("--label", default="baseline", help="names this run's files: letters, digits, '-'")
     group.add_argument("--output-dir", help="where run directories go (default: <work root>/outputs/diffusion_benchmarks)")
     group.add_argument("--no-warmup", action="store_true", help="do not ask the engine for a warmup request")
     group.add_argument("--quality", choices=command_builder.BENCHMARK_QUALITY_LEVELS,

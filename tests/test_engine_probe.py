@@ -1,0 +1,141 @@
+"""The engine capability probe: the real installed engine once per session, the static fallback on real-shaped
+sources, the profiler env rule, and the cache."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import run_script
+from sgl_diffusion_bench import engine_probe
+
+
+@pytest.fixture(scope="session")
+def installed_probe(tmp_path_factory):
+    """The real probe, once per session: the cache sits in the session's base temp dir, shared by test modules."""
+    return engine_probe.probe_engine(tmp_path_factory.getbasetemp() / "engine-capabilities.json")
+
+
+@pytest.mark.engine
+def test_installed_engine_is_0_5_10_post1_with_its_cli(installed_probe):
+    caps = installed_probe.capabilities
+    assert caps.version == "0.5.10.post1" and caps.method == "argparse", caps.problems
+    assert caps.warmup_flag == "--warmup"
+    assert caps.quality_values is None and not caps.has_bcg
+    for absent in ("--warmup-mode", "--component-residency", "--performance-mode", "--cfg-parallel-size",
+                   "--warmup-num-frames", "--bcg-text-buckets"):
+        assert not caps.has_flag(absent), absent
+    for present in ("--perf-dump-path", "--warmup-resolutions", "--enable-cfg-parallel", "--pin-cpu-memory",
+                    "--backend", "--output-file-name", "--profile"):
+        assert caps.has_flag(present), present
+    assert caps.choices["--backend"] == ("auto", "sglang", "diffusers")
+    assert caps.offload_flags == engine_probe.OFFLOAD_FLAGS
+    assert caps.profiler_dir_env == ("SGLANG_TORCH_PROFILER_DIR",) and caps.profiler_dir_env_source == "source"
+    assert caps.accepts_flag("--transformer-path") and not caps.accepts_flag("--quality")
+
+
+@pytest.mark.engine
+def test_second_probe_is_a_cache_hit(installed_probe):
+    again = engine_probe.probe_engine(installed_probe.cache_path)
+    assert again.cache_hit and again.capabilities == installed_probe.capabilities
+    cached = json.loads(installed_probe.cache_path.read_text())
+    assert json.loads(cached["key"])[0] == "0.5.10.post1"
+
+
+@pytest.mark.engine
+def test_static_fallback_agrees_with_argparse_on_the_installed_sources(installed_probe):
+    caps = installed_probe.capabilities
+    static = engine_probe.static_parser_actions(__import__("pathlib").Path(caps.package_dir))
+    flags = {o for a in static for o in a["options"] if o.startswith("--")}
+    assert flags <= caps.flags
+    # Only the nested --dit-config./--vae-config. flags, built at run time, are beyond a static read.
+    assert all(f.startswith(("--dit-config.", "--vae-config.")) for f in caps.flags - flags)
+
+
+def _fake_package(tmp_path, profiler_text):
+    pkg = tmp_path / "sglang"
+    cli = pkg / "multimodal_gen/runtime/entrypoints/cli"
+    cli.mkdir(parents=True)
+    (cli / "generate.py").write_text(textwrap.dedent('''
+        def add_args(parser, prefix=""):
+            parser.add_argument("--perf-dump-path", type=str)
+            parser.add_argument(f"--{prefix}warmup-mode", choices=["off", "request", "server"])
+            parser.add_argument("--quality", choices=QualityLevel.choices())
+            parser.add_argument("-x", "--enable-breakable-cuda-graph", action="store_true")
+            add_argument("--seed", type=int)
+            parser.set_defaults(x=1)
+    '''))
+    utils = pkg / "multimodal_gen/runtime/utils"
+    utils.mkdir(parents=True)
+    if profiler_text is not None:
+        (utils / "profiler.py").write_text(profiler_text)
+    return pkg
+
+
+def test_static_parser_reads_literal_options_and_choices(tmp_path):
+    pkg = _fake_package(tmp_path, 'os.getenv("SGLANG_DIFFUSION_TORCH_PROFILER_DIR") or os.getenv("SGLANG_TORCH_PROFILER_DIR")')
+    caps = engine_probe.capabilities_from_actions(engine_probe.static_parser_actions(pkg), version="9.9",
+                                                  package_dir=pkg, method="static-source")
+    assert caps.flags == {"--perf-dump-path", "--warmup-mode", "--quality", "--enable-breakable-cuda-graph", "--seed"}
+    assert caps.choices == {"--warmup-mode": ("off", "request", "server")}
+    assert caps.warmup_flag == "--warmup-mode" and caps.has_bcg
+    assert caps.quality_values == ()  # the flag exists, its values could not be read statically
+    assert caps.profiler_dir_env == ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR")
+
+
+@pytest.mark.parametrize("text, version, expected, source", [
+    ('os.getenv("SGLANG_TORCH_PROFILER_DIR", "./logs")', "0.5.23", ("SGLANG_TORCH_PROFILER_DIR",), "source"),
+    ("envs.SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "0.5.10.post1",
+     ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR"), "source"),
+    (None, "0.5.10.post1", ("SGLANG_TORCH_PROFILER_DIR",), "version-table"),
+    (None, "0.5.9", ("SGLANG_TORCH_PROFILER_DIR",), "version-table"),
+    (None, "0.5.23", ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR"), "version-table"),
+])
+def test_profiler_dir_env_from_source_then_version_table(tmp_path, text, version, expected, source):
+    pkg = _fake_package(tmp_path, text)
+    assert engine_probe.profiler_dir_env_from_source(pkg, version) == (expected, source)
+
+
+def test_cache_key_changes_with_source_mtime_and_version(tmp_path):
+    pkg = _fake_package(tmp_path, None)
+    key = engine_probe.cache_key("1.0", pkg)
+    assert engine_probe.cache_key("1.1", pkg) != key
+    gen = pkg / "multimodal_gen/runtime/entrypoints/cli/generate.py"
+    st = gen.stat()
+    import os
+    os.utime(gen, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert engine_probe.cache_key("1.0", pkg) != key
+
+
+def test_recent_capabilities_round_trip_and_describe_main():
+    caps = engine_probe.recent_engine_capabilities()
+    assert caps.warmup_flag == "--warmup-mode" and caps.has_bcg
+    assert set(caps.quality_values) >= {"lossless", "extra-high", "high"}
+    assert caps.has_flag("--component-residency") and not caps.has_flag("--warmup")
+    assert engine_probe.EngineCapabilities.from_json(json.loads(json.dumps(caps.to_json()))) == caps
+
+
+def test_probe_cli_with_a_saved_capability_file(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", "recent", "--json")
+    assert run.returncode == 0 and run.document["engine"]["warmup_flag"] == "--warmup-mode"
+    saved = tmp_path / "engine.json"
+    saved.write_text(run.stdout)
+    again = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", str(saved), "--json")
+    assert again.document["engine"] == run.document["engine"] and again.document["cache"] is None
+    saved.write_text(json.dumps({"schema": "engine.v1"}))
+    bad = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", str(saved), "--json")
+    assert bad.returncode == 2 and bad.document["error"]["code"] == "input.schema_mismatch"
+
+
+@pytest.mark.engine
+def test_probe_cli_on_the_installed_engine_reads_the_session_cache(installed_probe, tmp_path):
+    cache = tmp_path / ".cache" / "engine-capabilities.json"
+    cache.parent.mkdir()
+    cache.write_text(installed_probe.cache_path.read_text())  # the CLI finds the session's probe: no second probe
+    run = run_script("bench_diffusion_denoise", "--probe-engine", "--json", timeout=300,
+                     env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+    assert run.returncode == 0
+    assert run.document["engine"] == installed_probe.capabilities.to_json()
+    assert run.document["cache"] == {"path": str(cache), "hit": True}
