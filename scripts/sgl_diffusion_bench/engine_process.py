@@ -87,8 +87,9 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM the whole process group (workers included), give it ``grace_s``, then SIGKILL what is left."""
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the whole process group (workers included), give it STOP_GRACE_S, then SIGKILL what is left."""
+    grace_s = STOP_GRACE_S
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -103,25 +104,33 @@ def _stop_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> Non
 def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                on_line: Callable[[str], str | None] | None = None, timeout_s: float | None = None,
                echo: TextIO | None = None, cwd: Path | None = None) -> EngineRun:
-    """Run ``argv`` to completion, or until ``on_line`` returns a reason, ``timeout_s`` passes, or Ctrl-C."""
+    """Run ``argv`` to completion, or until ``on_line`` returns a reason, ``timeout_s`` passes, or Ctrl-C.
+
+    Lines the engine prints while it is being stopped are still logged (not passed to ``on_line``).
+    """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     secrets = contract.secret_values() + contract.secret_values(env)
     start = time.monotonic()
     stop: dict[str, object] = {}
-    decided = threading.Event()
-
-    def decide(reason: str, line: str | None) -> None:
-        if not decided.is_set():
-            stop.update(reason=reason, line=line, after_s=time.monotonic() - start)
-            decided.set()
+    lock = threading.Lock()
+    stopper: list[threading.Thread] = []
 
     with open(log_path, "w", encoding="utf-8", errors="replace") as log:
         process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True, text=True,
                                    encoding="utf-8", errors="replace", bufsize=1)
-        timer = threading.Timer(timeout_s, lambda: (decide(TIMEOUT_REASON, None), _stop_group(process))) \
-            if timeout_s is not None else None
+
+        def request_stop(reason: str, line: str | None) -> None:
+            """Record the first stop decision and stop the group in the background while the log drains."""
+            with lock:
+                if stop or process.poll() is not None:
+                    return
+                stop.update(reason=reason, line=line, after_s=time.monotonic() - start)
+                stopper.append(threading.Thread(target=_stop_group, args=(process,), daemon=True))
+            stopper[0].start()
+
+        timer = threading.Timer(timeout_s, request_stop, (TIMEOUT_REASON, None)) if timeout_s is not None else None
         try:
             if timer:
                 timer.daemon = True
@@ -132,11 +141,10 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                 log.flush()
                 if echo is not None:
                     print(line, file=echo, flush=True)
-                reason = on_line(line) if on_line is not None and not decided.is_set() else None
-                if reason:
-                    decide(reason, line)
-                    _stop_group(process)
-                    break
+                if on_line is not None and not stop:
+                    reason = on_line(line)
+                    if reason:
+                        request_stop(reason, line)
             process.wait()
         except KeyboardInterrupt as interrupt:
             _stop_group(process)
@@ -150,8 +158,10 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                 timer.cancel()
             if process.poll() is None:
                 _stop_group(process)
+            for thread in stopper:
+                thread.join()
             process.stdout.close()
-        if decided.is_set():
+        if stop:
             log.write(f"[run_engine] stopped after {stop['after_s']:.2f} s: {stop['reason']}\n")
     return EngineRun(returncode=process.returncode, wall_s=time.monotonic() - start,
                      stop_reason=stop.get("reason"), stop_line=stop.get("line"),

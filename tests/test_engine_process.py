@@ -1,0 +1,192 @@
+"""run_engine against small real subprocesses (stop on a line, timeout, Ctrl-C, group kill), the CPU adapter's
+switches and hook mechanism, and the helpers that build an engine command. No sglang engine runs here."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HF_TOKEN_CANARY, TEST_FIXTURES
+from sgl_diffusion_bench import engine_process
+from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+
+PY = sys.executable
+
+
+def script(code: str) -> list[str]:
+    return [PY, "-u", "-c", textwrap.dedent(code)]
+
+
+def pid_gone(pid: int, within_s: float = 3.0) -> bool:
+    """True once ``pid`` no longer exists (or is a zombie awaiting its reaper)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_run_to_completion_logs_every_line_and_echoes(tmp_path):
+    echo = io.StringIO()
+    seen: list[str] = []
+    run = engine_process.run_engine(script("""
+        import sys
+        print("first"); print("to stderr", file=sys.stderr); print("last"); sys.exit(3)
+    """), dict(os.environ), tmp_path / "sub" / "log.txt", on_line=lambda line: seen.append(line), echo=echo)
+    assert run.returncode == 3 and run.stop_reason is None and run.stop_line is None and run.stopped_after_s is None
+    assert not run.interrupted and run.log_path == tmp_path / "sub" / "log.txt"
+    assert run.log_path.read_text().splitlines() == ["first", "to stderr", "last"]
+    assert seen == ["first", "to stderr", "last"] and echo.getvalue().splitlines() == seen
+
+
+def test_stop_on_line_stops_at_once_and_keeps_later_lines(tmp_path):
+    run = engine_process.run_engine(script("""
+        import signal, sys, time
+        def bye(*_):
+            print("got SIGTERM"); sys.exit(0)
+        signal.signal(signal.SIGTERM, bye)
+        print("loading"); print("Falling back to diffusers backend"); time.sleep(60); print("never")
+    """), dict(os.environ), tmp_path / "log.txt",
+        on_line=lambda line: "diffusers-fallback" if "Falling back" in line else None)
+    assert run.stop_reason == "diffusers-fallback" and run.stop_line == "Falling back to diffusers backend"
+    assert run.stopped_after_s is not None and run.stopped_after_s < 10 and run.wall_s < run.stopped_after_s + 5
+    log = run.log_path.read_text()
+    assert "got SIGTERM" in log and "never" not in log
+    assert "[run_engine] stopped after" in log and "diffusers-fallback" in log.splitlines()[-1]
+
+
+def test_timeout_stops_a_silent_process(tmp_path):
+    run = engine_process.run_engine(script("import time; print('start'); time.sleep(60)"), dict(os.environ),
+                                    tmp_path / "log.txt", timeout_s=1.0)
+    assert run.stop_reason == engine_process.TIMEOUT_REASON and run.stop_line is None
+    assert 0.9 <= run.stopped_after_s < 3 and run.returncode == -signal.SIGTERM and run.wall_s < 8
+
+
+def test_stop_kills_grandchildren_and_sigterm_ignorers(tmp_path, monkeypatch):
+    """The engine spawns workers: stopping must take the whole process group, even parts that ignore SIGTERM."""
+    monkeypatch.setattr(engine_process, "STOP_GRACE_S", 0.5)
+    pid_file = tmp_path / "grandchild.pid"
+    run = engine_process.run_engine(script(f"""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("worker started"); time.sleep(60)
+    """), dict(os.environ), tmp_path / "log.txt", on_line=lambda line: "stop" if "worker started" in line else None)
+    assert run.returncode == -signal.SIGKILL and run.stop_reason == "stop"
+    assert pid_gone(int(pid_file.read_text())), "the grandchild survived the stop"
+
+
+def test_ctrl_c_stops_the_group_closes_the_log_and_reraises(tmp_path):
+    def interrupt(line: str) -> None:
+        if line == "ready":
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt) as caught:
+        engine_process.run_engine(script("import time; print('ready'); time.sleep(60)"), dict(os.environ),
+                                  tmp_path / "log.txt", on_line=interrupt)
+    run = caught.value.engine_run
+    assert run.interrupted and run.stop_reason == "interrupted" and run.returncode == -signal.SIGTERM
+    assert run.log_path.read_text().splitlines() == ["ready", "[run_engine] interrupted (Ctrl-C): engine process "
+                                                     "group stopped"]
+
+
+def test_secret_values_are_redacted_in_the_log(tmp_path):
+    env = {**os.environ, "HF_TOKEN": HF_TOKEN_CANARY}
+    run = engine_process.run_engine(script("import os; print('token=' + os.environ['HF_TOKEN'])"), env,
+                                    tmp_path / "log.txt")
+    log = run.log_path.read_text()
+    assert HF_TOKEN_CANARY not in log and log.startswith("token=")
+
+
+def test_sglang_cli_and_ports():
+    cli = engine_process.sglang_cli()
+    assert Path(cli[0]).is_file() and os.access(cli[0], os.X_OK)
+    args = engine_process.port_args()
+    assert args[0::2] == ["--master-port", "--scheduler-port"] and args[1] != args[3]
+    for port in map(int, args[1::2]):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # still free
+
+
+def test_cpu_adapter_env_puts_the_adapter_first_and_validates_switches():
+    base = {"PYTHONPATH": f"/some/where{os.pathsep}{engine_process.ADAPTER_DIR}", "SGL_CPU_ADAPTER_DISABLE": "b1"}
+    env = engine_process.cpu_adapter_env(base, ["b6", "B5"])
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(engine_process.ADAPTER_DIR), "/some/where"]
+    assert env["HF_HUB_OFFLINE"] == "1" and env["SGL_CPU_ADAPTER_DISABLE"] == "b5,b6"
+    assert "SGL_CPU_ADAPTER_DISABLE" not in engine_process.cpu_adapter_env(base)
+    assert base["SGL_CPU_ADAPTER_DISABLE"] == "b1"  # the caller's dict is not modified
+    with pytest.raises(ValueError, match="b7"):
+        engine_process.cpu_adapter_env({}, ["b7"])
+
+
+def test_adapter_switch_parsing_and_info():
+    assert sgl_cpu_adapter.parse_disabled(None) == frozenset()
+    assert sgl_cpu_adapter.parse_disabled(" b5, b2a ,") == {"b5", "b2a"}
+    assert sgl_cpu_adapter.parse_disabled("all") == set(sgl_cpu_adapter.PATCHES)
+    with pytest.raises(ValueError, match="known: b0"):
+        sgl_cpu_adapter.parse_disabled("b5,nope")
+    info = sgl_cpu_adapter.adapter_info("b5")
+    assert info["patches"] == ["b0", "b1", "b2", "b2a", "b3", "b4", "b6"] and info["disabled"] == ["b5"]
+    assert info["memory_source"] is None
+    assert sgl_cpu_adapter.adapter_info("")["memory_source"] == "process_rss"
+
+
+def test_parse_announcement_reads_the_recorded_engine_lines():
+    lines = (TEST_FIXTURES / "engine-cpu-0.5.10" / "gen-failed-rc0-b5-off" / "log.txt").read_text().splitlines()
+    found = [parsed for parsed in map(sgl_cpu_adapter.parse_announcement, lines) if parsed]
+    assert len(found) == 2 and found[0]["pid"] != found[1]["pid"]  # the CLI and the spawned worker
+    assert found[0]["active"] and found[0]["disabled"] == ["b5"] and "b5" not in found[0]["patches"]
+    assert found[0]["memory_source"] is None
+    native = sgl_cpu_adapter.parse_announcement(
+        "[sgl-cpu-adapter] active: b0,b1,b2,b2a,b3,b4,b5,b6 (pid 7) disabled: none; memory figures are process RSS")
+    assert native == {"active": True, "patches": list(sgl_cpu_adapter.PATCHES), "disabled": [], "pid": 7,
+                      "memory_source": "process_rss"}
+    assert sgl_cpu_adapter.parse_announcement("[sgl-cpu-adapter] inactive: accelerator_present (pid 9)")["active"] \
+        is False
+    assert sgl_cpu_adapter.parse_announcement("Loaded vae: AutoencoderKL (sgl-diffusion version)") is None
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_adapter_is_lazy_and_chains_an_existing_sitecustomize(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.CHAINED_SITECUSTOMIZE = True\n")
+    env = engine_process.cpu_adapter_env(dict(os.environ))
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    proc = run_python("""
+        import builtins, sys
+        print(getattr(builtins, "CHAINED_SITECUSTOMIZE", False), "torch" in sys.modules,
+              [type(f).__name__ for f in sys.meta_path][0])
+    """, env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False", "_Hooks"] and "[sgl-cpu-adapter]" not in proc.stderr
+
+
+def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
+    """A real post-import hook: torchvision (a CUDA wheel here) imports beside CPU torch only with b0 on."""
+    probe = "import torchvision.ops, torch; print(torch.cpu.is_available())"
+    patched = run_python(probe, engine_process.cpu_adapter_env(dict(os.environ)))
+    unpatched = run_python(probe, engine_process.cpu_adapter_env(dict(os.environ), ["b0"]))
+    if unpatched.returncode == 0:
+        pytest.skip("torchvision's own C ops load here: b0 has nothing to fix")
+    assert patched.returncode == 0, patched.stderr[-2000:]
+    announced = [a for a in map(sgl_cpu_adapter.parse_announcement, patched.stderr.splitlines()) if a]
+    assert announced == [{"active": True, "patches": list(sgl_cpu_adapter.PATCHES), "disabled": [],
+                          "pid": announced[0]["pid"], "memory_source": "process_rss"}]
+    assert "operator torchvision::nms does not exist" in unpatched.stderr

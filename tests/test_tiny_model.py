@@ -1,0 +1,60 @@
+"""The tiny FLUX.1 builder: byte-identical rebuilds, the directory names that do and do not resolve natively,
+component sizes that fit together, and an atomic, idempotent cache entry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from sgl_diffusion_bench import tiny_model
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def two_builds(tmp_path_factory):
+    first, second = tmp_path_factory.mktemp("first"), tmp_path_factory.mktemp("second")
+    return tiny_model.ensure_tiny_flux(first), tiny_model.ensure_tiny_flux(second, tiny_model.UNRESOLVED_NAME)
+
+
+def test_rebuilds_are_byte_identical_whatever_the_name(two_builds):
+    native, unresolved = two_builds
+    assert native.name == "tiny-FLUX.1-dev" and unresolved.name == "tinyflux"
+    assert "flux.1" in native.name.lower() and "flux.1" not in unresolved.name.lower()
+    first, second = digests(native), digests(unresolved)
+    assert len(first) == 14 and first == second
+
+
+def test_components_fit_the_flux_constraints(two_builds):
+    native, _ = two_builds
+    index = json.loads((native / "model_index.json").read_text())
+    assert index["_class_name"] == "FluxPipeline" and "_diffusers_version" in index
+    load = lambda part: json.loads((native / part / "config.json").read_text())  # noqa: E731
+    dit, vae, clip, t5 = load("transformer"), load("vae"), load("text_encoder"), load("text_encoder_2")
+    assert sum(dit["axes_dims_rope"]) == dit["attention_head_dim"]
+    assert dit["joint_attention_dim"] == t5["d_model"] and dit["pooled_projection_dim"] == clip["hidden_size"]
+    assert dit["in_channels"] == 4 * vae["latent_channels"]
+    assert 2 ** (len(vae["block_out_channels"]) - 1) == 8  # vae_scale_factor 8, as in real FLUX
+    assert sum(p.stat().st_size for p in native.rglob("*") if p.is_file()) < 2_000_000
+
+
+def test_ensure_is_idempotent_and_leaves_no_staging_dirs(two_builds):
+    native, _ = two_builds
+    before = {path: path.stat().st_mtime_ns for path in native.rglob("*")}
+    assert tiny_model.ensure_tiny_flux(native.parent) == native
+    assert {path: path.stat().st_mtime_ns for path in native.rglob("*")} == before
+    assert [p.name for p in native.parent.iterdir()] == [native.name]
+
+
+def test_default_cache_dir_is_overridable(monkeypatch, tmp_path):
+    monkeypatch.setenv(tiny_model.CACHE_ENV, str(tmp_path))
+    assert tiny_model.default_cache_dir() == tmp_path
+    monkeypatch.delenv(tiny_model.CACHE_ENV)
+    monkeypatch.setenv("SGLANG_DIFFUSION_SKILL_WORKDIR", str(tmp_path / "work"))
+    assert tiny_model.default_cache_dir() == tmp_path / "work" / ".cache" / "tiny-models"
