@@ -40,8 +40,8 @@ MISSING_FLAG_HINTS = {
                                      "--breakable-cuda-graph/--quality-bcg-matrix",
     "--bcg-text-buckets": "BCG text buckets need a newer sglang; drop --bcg-text-buckets",
     "--warmup-num-frames": "BCG video warmup needs a newer sglang",
-    "--component-residency": "on this engine pin placement with --dit-cpu-offload false "
-                             "--text-encoder-cpu-offload false (as --extra-args), or upgrade sglang",
+    "--component-residency": "needs sglang 0.5.23 or main; this engine pins placement only through "
+                             "--dit-cpu-offload false --text-encoder-cpu-offload false",
     "--performance-mode": "this engine has no performance modes (it always auto-fills unset offload flags): "
                           "upgrade sglang or pick another preset",
 }

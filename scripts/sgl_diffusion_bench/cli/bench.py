@@ -56,7 +56,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--extra-args", default="", help="more sglang generate arguments, one shell-quoted string")
     group.add_argument("--engine-capabilities", default="installed",
                        help="'installed' (probe, cached), 'recent' (a current-main engine), or an engine.v1 JSON file")
-    group.add_argument("--dry-run", action="store_true", help="print the plan (bench-plan.v1); run nothing")
+    group.add_argument("--dry-run", action="store_true", help="print the plan (bench-plan.v1); run and build nothing (a local model is only named)")
 
 
 def build_parser() -> _runner.Parser:
@@ -186,6 +186,7 @@ def render_plan(payload: dict[str, Any]) -> str:
         lines.append(f"[{run['run_id']}] GPUs={run['num_gpus']} env+={sorted(run['env_set'])}")
         lines.append("  " + " \\\n    ".join(shlex.quote(t) for t in run["argv"]))
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in run["warnings"]]
+    lines += [f"warning [{w['code']}]: {w['message']}" for w in payload["warnings"]]
     for r in payload["refusals"]:
         lines.append(f"REFUSED {r['preset']} [{r['code']}]: {r['message']}\n  hint: {r['hint']}")
     return "\n".join(lines)
