@@ -13,7 +13,7 @@ from ..trace.analyses.compare import compare_traces
 from ..trace.analyses.ranks import analyze_ranks
 from ..trace.load import load_trace
 from ..trace.render import render_classify_text, render_compare_markdown, render_hotspots_text
-from ..trace.summary import hotspots_body, trace_info
+from ..trace.summary import bounded, hotspots_body, trace_info
 from . import _runner
 
 TOOL = "analyze_trace"
@@ -67,15 +67,15 @@ def _write(path: str, text: str) -> str:
 
 def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
     traces = [load_trace(p) for p in paths]
+    bodies = [hotspots_body(t, None) for t in traces]
     if len(traces) == 1:
-        full = contract.envelope("trace-hotspots.v1", TOOL, output=output, **hotspots_body(traces[0], None))
-        doc = contract.envelope("trace-hotspots.v1", TOOL, output=output, **hotspots_body(traces[0], top))
+        full = contract.envelope("trace-hotspots.v1", TOOL, output=output, **bodies[0])
+        doc = contract.envelope("trace-hotspots.v1", TOOL, output=output, **bounded(bodies[0], top))
         text = render_hotspots_text(doc)
     else:
-        bodies_full = [hotspots_body(t, None) for t in traces]
-        ranks = analyze_ranks(traces, bodies_full)
-        full = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=bodies_full, **ranks)
-        doc = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=[hotspots_body(t, top) for t in traces],
+        ranks = analyze_ranks(traces, bodies)
+        full = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=bodies, **ranks)
+        doc = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=[bounded(b, top) for b in bodies],
                                 **ranks)
         text = "\n".join(render_hotspots_text(b) for b in doc["traces"])
     if output:

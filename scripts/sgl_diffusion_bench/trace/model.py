@@ -45,9 +45,9 @@ class Events:
     name: list[int]
     ts: list[float]
     dur: list[float]
-    thread: list[int]
-    kind: list[int]
-    correlation: list[int]
+    thread: list[int]  # empty for cpu_ops, which analyses use by name and time only
+    kind: list[int]  # empty for cpu_ops
+    correlation: list[int]  # empty for cpu_ops
 
     def __len__(self) -> int:
         return len(self.name)
@@ -90,14 +90,14 @@ class Trace:
     device_call: list[int]  # per device op: index into ``calls`` of its launch, -1 when the launch is not in the trace
     call_stage: list[int]  # per call: index into ``stages``, -1 outside every stage
     call_step: list[int]  # per call: index into ``steps``, -1 outside every step
+    device_stages: list[int]  # per device op: the stage of its launch, -1 when none
+    device_steps: list[int]  # per device op: the step of its launch, -1 when none
 
     def device_stage(self, i: int) -> int:
-        call = self.device_call[i]
-        return self.call_stage[call] if call >= 0 else -1
+        return self.device_stages[i]
 
     def device_step(self, i: int) -> int:
-        call = self.device_call[i]
-        return self.call_step[call] if call >= 0 else -1
+        return self.device_steps[i]
 
 
 def _new_events() -> Events:
@@ -117,6 +117,7 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
     thread_ids: dict[tuple, int] = {}
     device, calls, annotations, cpu_ops, frames = (_new_events() for _ in range(5))
     device_kinds, call_kinds = DEVICE_KINDS, CALL_KINDS
+    op_names, op_ts, op_dur = cpu_ops.name, cpu_ops.ts, cpu_ops.dur
 
     def intern(name: str) -> int:
         nid = name_ids.get(name)
@@ -147,8 +148,10 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
         if kind is not None:
             args = e.args
             add(calls, e, kind, args.correlation if args is not None and args.correlation is not None else -1)
-        elif cat in CPU_OP_CATEGORIES:
-            add(cpu_ops, e, 0, -1)
+        elif cat in CPU_OP_CATEGORIES:  # the most numerous events: only name, ts and dur are kept
+            op_names.append(intern(e.name))
+            op_ts.append(e.ts)
+            op_dur.append(e.dur)
         elif cat == "user_annotation":
             add(annotations, e, 0, -1)
         elif cat == "python_function" and "/stages/" in e.name:
@@ -167,7 +170,9 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
     return Trace(source=source, json_bytes=json_bytes, event_count=len(events), rank=rank, world_size=world_size,
                  names=names, device=device, calls=calls, annotations=annotations, cpu_ops=cpu_ops,
                  stages=stages, stage_source=stage_source, steps=steps, step_source=step_source,
-                 device_call=device_call, call_stage=call_stage, call_step=call_step)
+                 device_call=device_call, call_stage=call_stage, call_step=call_step,
+                 device_stages=[call_stage[c] if c >= 0 else -1 for c in device_call],
+                 device_steps=[call_step[c] if c >= 0 else -1 for c in device_call])
 
 
 def _outermost(ranges: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:

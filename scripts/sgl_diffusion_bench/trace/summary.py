@@ -13,6 +13,12 @@ def trace_info(trace: Trace) -> dict:
             "world_size": trace.world_size, "stage_source": trace.stage_source, "step_source": trace.step_source}
 
 
+def bounded(body: dict, top: int) -> dict:
+    """The same body with the kernel and CPU-op tables cut to their ``top`` rows (for stdout)."""
+    return {**body, "kernels": body["kernels"][:top], "kernels_shown": min(top, len(body["kernels"])),
+            "cpu_ops": body["cpu_ops"][:top]}
+
+
 def hotspots_body(trace: Trace, top: int | None) -> dict:
     """Kernels (bounded by ``top`` when given), memory ops, launches, stages, steps, denoise summary, CPU ops."""
     kernels = analyze_kernels(trace)

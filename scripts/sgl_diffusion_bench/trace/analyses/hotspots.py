@@ -21,11 +21,9 @@ def _table(trace: Trace, rows: list[int], names: list[int], durs: list[float]) -
 
 def kernel_rows(trace: Trace, kind: int = KERNEL, stage: int | None = None) -> list[int]:
     """Indices of device ops of one kind, optionally only those launched inside stage ``stage``."""
-    kinds = trace.device.kind
-    rows = [i for i in range(len(trace.device)) if kinds[i] == kind]
-    if stage is not None:
-        rows = [i for i in rows if trace.device_stage(i) == stage]
-    return rows
+    if stage is None:
+        return [i for i, k in enumerate(trace.device.kind) if k == kind]
+    return [i for i, (k, s) in enumerate(zip(trace.device.kind, trace.device_stages)) if k == kind and s == stage]
 
 
 def analyze_kernels(trace: Trace, rows: list[int] | None = None) -> list[dict]:
@@ -35,8 +33,7 @@ def analyze_kernels(trace: Trace, rows: list[int] | None = None) -> list[dict]:
 
 
 def analyze_memory_ops(trace: Trace) -> list[dict]:
-    kinds = trace.device.kind
-    rows = [i for i in range(len(trace.device)) if kinds[i] != KERNEL]
+    rows = [i for i, k in enumerate(trace.device.kind) if k != KERNEL]
     return _table(trace, rows, trace.device.name, trace.device.dur)
 
 

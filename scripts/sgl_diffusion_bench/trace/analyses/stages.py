@@ -61,16 +61,18 @@ def _bucketed(trace: Trace, key_of_call) -> dict:
         bucket.host_launches += is_launch[c]
         bucket.graph_launches += is_graph[c]
     dev = trace.device
-    for i in range(len(dev)):
-        if dev.kind[i] != KERNEL:
+    key_cache: dict = {}
+    for kind, c, ts, dur in zip(dev.kind, trace.device_call, dev.ts, dev.dur):
+        if kind != KERNEL:
             continue
-        c = trace.device_call[i]
-        key = key_of_call(c) if c >= 0 else key_of_call(None)
+        key = key_cache.get(c, key_cache)
+        if key is key_cache:  # graph replays share one call: look each call up once
+            key = key_cache[c] = key_of_call(c) if c >= 0 else key_of_call(None)
         if key is None:
             continue
         bucket = buckets.get(key) or buckets.setdefault(key, _Bucket())
         bucket.kernels += 1
-        bucket.intervals.append((dev.ts[i], dev.ts[i] + dev.dur[i]))
+        bucket.intervals.append((ts, ts + dur))
     return buckets
 
 
@@ -126,8 +128,9 @@ def _denoise_summary(trace: Trace, denoise: int, stages: dict, steps: list[dict]
                 totals[key] += figures[key]
             totals["cpu_us"] += steps[j]["cpu_us"]
         per_step = {k: round(v / len(full), 3) for k, v in totals.items()}
-    intervals = [(trace.device.ts[i], trace.device.ts[i] + trace.device.dur[i]) for i in range(len(trace.device))
-                 if trace.device.kind[i] == KERNEL and trace.device_stage(i) == denoise]
+    dev = trace.device
+    intervals = [(ts, ts + dur) for kind, stage, ts, dur in zip(dev.kind, trace.device_stages, dev.ts, dev.dur)
+                 if kind == KERNEL and stage == denoise]
     span = (max(e for _, e in intervals) - min(s for s, _ in intervals)) if intervals else 0.0
     busy = stages[name]["gpu_us"]
     return {"stage": name, "steps": len(full), "step_labels": [steps[j]["label"] for j in full],
