@@ -100,7 +100,7 @@ def test_argument_order_follows_the_reference():
                         "--prompt=Make the cat wear a red hat", "--seed=42", f"--image-path={ASSETS}/cat.png",
                         "--width=1024", "--height=1024", "--num-gpus=2", "--tp-size=2", "--quality=lossless",
                         "--save-output", "--warmup-mode", "request", "--perf-dump-path", f"{OUT}/{rid}/{rid}.perf.json",
-                        "--output-path", f"{OUT}/{rid}", "--output-file-name", rid)
+                        "--output-path", f"{OUT}/{rid}", "--output-file-name", rid.replace("__", "_"))
     assert inv.required_assets == (ASSETS / "cat.png",) and inv.num_gpus == 2
 
 

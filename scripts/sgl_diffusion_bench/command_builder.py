@@ -164,6 +164,13 @@ def parse_cli_tokens(tokens: Sequence[str]) -> dict[str, str]:
     return parsed
 
 
+def output_file_stem(rid: str) -> str:
+    """The media file name the engine keeps as given: sglang sanitises ``--output-file-name`` (it collapses ``__``
+    to ``_``), so a name passed with ``__`` is saved under another name and the artifact gate would miss it.
+    Labels cannot contain ``_``, so single underscores still separate the parts unambiguously."""
+    return re.sub(r"_+", "_", rid)
+
+
 def run_id(preset: Preset, options: RunOptions) -> str:
     """``<preset>__<label>[__<arm>][__rNNpNN]``. Labels and arms hold neither '_' nor '.', so neither
     ``flux__base__*`` nor ``flux__base.*`` can match a file of label ``baseline`` (or of any other run)."""
@@ -269,7 +276,8 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
                              "--torch-compile was not applied"))
         else:
             argv.append("--enable-torch-compile")
-    argv += ["--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name", rid]
+    argv += ["--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name",
+             output_file_stem(rid)]
     argv += options.extra_args
 
     missing = sorted({f for f in map(flag_of, argv[len(sglang_cli):]) if f and not engine.accepts_flag(f)})
@@ -296,6 +304,6 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
                          "HUGGINGFACE_HUB_TOKEN is set: export HF_TOKEN=<token with access>"))
     return Invocation(run_id=rid, preset=preset.name, argv=tuple(argv), env_set=env_set, env_copy=env_copy,
                       env_unset=env_unset, num_gpus=preset.num_gpus, run_dir=run_dir, perf_dump_path=perf_dump,
-                      output_dir=run_dir, output_file_stem=rid, config_path=config_path,
+                      output_dir=run_dir, output_file_stem=output_file_stem(rid), config_path=config_path,
                       config_content=config_content, required_assets=tuple(required_assets),
                       requires_hf_token=preset.gated, warnings=tuple(warnings))

@@ -8,12 +8,15 @@ artifacts) without running it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from .. import assets, command_builder, contract, engine_probe, env, nightly, presets, selftest
+from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly,
+               presets, selftest)
 from . import _runner
 
 TOOL = "bench_diffusion_denoise"
@@ -57,6 +60,19 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--engine-capabilities", default="installed",
                        help="'installed' (probe, cached), 'recent' (a current-main engine), or an engine.v1 JSON file")
     group.add_argument("--dry-run", action="store_true", help="print the plan (bench-plan.v1); run and build nothing (a local model is only named)")
+    camp = parser.add_argument_group("campaigns (bench-report.v1)")
+    camp.add_argument("--campaign", choices=campaign.MODES, default=None,
+                      help="single (default); abba: eager vs BCG as A1 B1 B2 A2 rounds; aa: the same config twice "
+                           "(noise floor); ab: --arm-a-args vs --arm-b-args; matrix: same as --quality-bcg-matrix")
+    camp.add_argument("--rounds", type=int, default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
+    camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
+    camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
+    camp.add_argument("--threshold-pct", type=float, default=1.5, help="smallest change that counts (default 1.5)")
+    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms")
+    camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from the statistics")
+    camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
+    camp.add_argument("--cell-timeout-s", type=float, default=bench_runner.DEFAULT_CELL_TIMEOUT_S)
+    camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
 
 
 def build_parser() -> _runner.Parser:
@@ -97,8 +113,15 @@ def validate_run_args(args: argparse.Namespace) -> None:
     if args.bcg_text_buckets and any(b <= 0 for b in args.bcg_text_buckets):
         raise contract.UsageError("usage.bad_buckets", f"--bcg-text-buckets must be positive: {args.bcg_text_buckets}",
                                   "pass positive integers")
+    if args.quality_bcg_matrix and args.campaign not in (None, "matrix"):
+        raise contract.UsageError("usage.rejected_combination", "--quality-bcg-matrix is --campaign matrix",
+                                  "drop one of them")
+    if args.breakable_cuda_graph and args.campaign in ("abba", "matrix"):
+        raise contract.UsageError("usage.rejected_combination", f"--campaign {args.campaign} chooses BCG per arm",
+                                  "drop --breakable-cuda-graph")
     try:
-        shlex.split(args.extra_args)
+        for value in (args.extra_args, args.arm_a_args, args.arm_b_args):
+            shlex.split(value)
     except ValueError as exc:
         raise contract.UsageError("usage.bad_extra_args", f"--extra-args does not parse: {exc}",
                                   "quote it as one shell string, e.g. --extra-args='--dit-cpu-offload false'")
@@ -111,21 +134,14 @@ def selected_presets(args: argparse.Namespace) -> list[presets.Preset]:
     return [presets.get_preset(args.model or DEFAULT_PRESET, catalog)]
 
 
-def planned_runs(preset: presets.Preset, args: argparse.Namespace) -> list[command_builder.RunOptions]:
-    """The runs one preset gets: a single run, or the 12-row quality/BCG matrix."""
-    common = dict(label=args.label, warmup=not args.no_warmup, extra_args=tuple(shlex.split(args.extra_args)))
-    if args.quality_bcg_matrix:
-        runs = []
-        for quality in MATRIX_QUALITIES:
-            for mode in MATRIX_MODES:
-                bcg = mode.startswith("bcg")
-                runs.append(command_builder.RunOptions(
-                    arm=mode.format(q=quality), quality=quality, breakable_cuda_graph=bcg,
-                    bcg_text_buckets=tuple(args.bcg_text_buckets or ()) if bcg else (), **common))
-        return runs
-    return [command_builder.RunOptions(quality=args.quality, breakable_cuda_graph=args.breakable_cuda_graph,
-                                       bcg_text_buckets=tuple(args.bcg_text_buckets or ()),
-                                       torch_compile=args.torch_compile, **common)]
+def campaign_mode(args: argparse.Namespace) -> str:
+    return "matrix" if args.quality_bcg_matrix else (args.campaign or "single")
+
+
+def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> campaign.Campaign:
+    return campaign.plan(campaign_mode(args), rounds=args.rounds, quality=args.quality, bcg=args.breakable_cuda_graph,
+                         arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
+                         engine_qualities=caps.quality_values)
 
 
 def engine_capabilities(args: argparse.Namespace) -> engine_probe.EngineCapabilities:
@@ -149,34 +165,49 @@ def local_model_path(name: str, build: bool) -> Path:
     return tiny_model.default_cache_dir() / tiny_model.NATIVE_NAME
 
 
-def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
-    from .. import engine_process
-
+def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
     output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks")
-    assets_dir = env.assets_dir()
-    filenames = {a.id: a.filename for a in assets.load_manifest()}
+    return bench_runner.CampaignSettings(
+        label=args.label, output_root=output_root, threshold_pct=args.threshold_pct,
+        primary_metric=args.primary_metric, discard_outliers=args.discard_outliers, warmup=not args.no_warmup,
+        torch_compile=args.torch_compile, bcg_text_buckets=tuple(args.bcg_text_buckets or ()),
+        extra_args=tuple(shlex.split(args.extra_args)), cell_timeout_s=args.cell_timeout_s,
+        model_cache_root=Path(args.model_cache_root) if args.model_cache_root else None,
+        seed_caches=tuple(Path(p) for p in args.seed_model_cache_root), cleanup_model_cache=args.cleanup_model_cache,
+        cleanup_ledger=Path(args.cleanup_ledger) if args.cleanup_ledger else None, write_report=args.report,
+        echo_engine=args.echo_engine)
+
+
+def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,
+               build_model: bool, environment: dict[str, Any] | None = None,
+               use_cpu_adapter: bool = False) -> bench_runner.CampaignRunner:
+    """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag) up front."""
+    model_path = local_model_path(preset.local_model, build=build_model) if preset.local_model else None
+    return bench_runner.CampaignRunner(
+        preset, plan_campaign(args, caps), settings_from(args), caps, environment=environment or {},
+        model_path=str(model_path) if model_path else None,
+        asset_filenames={a.id: a.filename for a in assets.load_manifest()}, use_cpu_adapter=use_cpu_adapter)
+
+
+def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
+    settings = settings_from(args)
     runs, refusals, warnings = [], [], []
     for preset in selected_presets(args):
-        model_path = None
         if preset.local_model:
             model_path = local_model_path(preset.local_model, build=False)
             if not (model_path / "model_index.json").is_file():
                 warnings.append({"code": "model.not_built", "message": f"{model_path} does not exist yet; a real "
                                  "run builds it first (tiny_model.ensure_tiny_flux)"})
-        for options in planned_runs(preset, args):
-            try:
-                invocation = command_builder.build_invocation(
-                    preset, options, caps, sglang_cli=[*engine_process.sglang_cli(), "generate"],
-                    output_root=output_root, assets_dir=assets_dir, caller_env=dict(os.environ),
-                    model_path=str(model_path) if model_path else None, asset_filenames=filenames)
-            except contract.UsageError:
-                raise
-            except contract.ToolError as exc:
-                refusals.append({"preset": preset.name, "code": exc.code, "message": exc.message, "hint": exc.hint})
-                break  # the other rows of this preset would be refused for the same reason
-            runs.append(invocation.to_json())
-    return {"engine": caps.to_json(), "output_dir": str(output_root), "assets_dir": str(assets_dir), "runs": runs,
-            "refusals": refusals, "warnings": warnings}
+        try:
+            runner = new_runner(preset, args, caps, build_model=False)
+        except contract.UsageError:
+            raise
+        except contract.ToolError as exc:
+            refusals.append({"preset": preset.name, "code": exc.code, "message": exc.message, "hint": exc.hint})
+            continue
+        runs += [inv.to_json() for inv in runner.invocations]
+    return {"engine": caps.to_json(), "output_dir": str(settings.output_root), "assets_dir": str(env.assets_dir()),
+            "runs": runs, "refusals": refusals, "warnings": warnings}
 
 
 def render_plan(payload: dict[str, Any]) -> str:
@@ -236,6 +267,80 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
     return _runner.Result(doc, text, exit_code=1 if failed else 0)
 
 
+@contextlib.contextmanager
+def leased_devices(count: int, label: str, inventory: gpu.Inventory) -> Iterator[tuple[str, list[str]]]:
+    """Hold GPUs for a whole campaign: the caller's CUDA_VISIBLE_DEVICES if set (leased too), else idle ones."""
+    wanted = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not wanted:
+        with gpu.leased_gpus(count, label=label) as (gpus, _lease):
+            yield ",".join(str(g.index) for g in gpus), [g.uuid for g in gpus]
+        return
+    by_key = {**{str(g.index): g for g in inventory.gpus}, **{g.uuid: g for g in inventory.gpus}}
+    chosen = [by_key.get(k.strip()) for k in wanted.split(",")]
+    if None in chosen or len(chosen) < count:
+        raise contract.PreconditionError(
+            "gpu.visible_devices", f"CUDA_VISIBLE_DEVICES={wanted} does not name {count} GPU(s) NVML knows",
+            "unset it to let the benchmark pick idle GPUs, or list NVML indices/UUIDs")
+    with gpu.GpuLease([g.uuid for g in chosen], label=label):
+        yield wanted, [g.uuid for g in chosen]
+
+
+def _environment() -> dict[str, Any]:
+    doc = env.inspect()
+    return {k: v for k, v in doc.items() if k not in ("schema", "ok", "tool", "created_at")}
+
+
+def render_report_text(doc: dict[str, Any]) -> str:
+    lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
+             f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
+    for cell in doc["cells"]:
+        perf = cell["perf"] or {}
+        lines.append(f"  #{cell['index']} {cell['arm']} {cell['position'] or ''} {cell['status']}"
+                     + (f" e2e {perf['e2e_ms']:.1f} ms" if perf.get("e2e_ms") is not None else "")
+                     + (f" — {cell['reasons'][0]}" if cell["reasons"] else ""))
+    comparison = doc["summary"]["comparison"]
+    if comparison:
+        lines.append(f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})")
+    for key, path in (doc.get("artifacts") or {}).items():
+        lines.append(f"{key}: {path}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> _runner.Result:
+    caps = engine_capabilities(args)
+    inventory = gpu.read_inventory()
+    environment = _environment()
+    runners = []
+    for preset in selected_presets(args):  # build every command first: refusals happen before anything runs
+        if preset.num_gpus > 0 and not inventory.gpus:
+            raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
+                                             f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")
+        runner = new_runner(preset, args, caps, build_model=True, environment=environment,
+                            use_cpu_adapter=not inventory.gpus)
+        runner.check_fresh()
+        runners.append((preset, runner))
+    docs = []
+    for preset, runner in runners:
+        try:
+            if preset.num_gpus > 0:
+                with leased_devices(preset.num_gpus, f"{preset.name}:{args.label}", inventory) as (visible, uuids):
+                    runner.cuda_visible_devices = visible
+                    runner.foreign_check = lambda u=uuids: gpu.foreign_processes(u, own_pids=set())
+                    docs.append(runner.run())
+            else:
+                docs.append(runner.run())
+        except KeyboardInterrupt:
+            doc = json.loads(runner.report_path.read_text(encoding="utf-8"))
+            return _runner.Result(doc, render_report_text(doc) + "\ninterrupted: the partial report above is valid",
+                                  exit_code=int(contract.ExitCode.INTERRUPTED))
+    if len(docs) == 1:
+        return _runner.Result(docs[0], render_report_text(docs[0]))
+    suite = contract.envelope("bench-suite.v1", TOOL, ok=all(d["ok"] for d in docs), reports=[
+        {"preset": d["campaign"]["preset"], "ok": d["ok"], "path": d["plan"]["report_path"],
+         "statuses": [c["status"] for c in d["cells"]]} for d in docs])
+    return _runner.Result(suite, "\n\n".join(render_report_text(d) for d in docs))
+
+
 def handle(args: argparse.Namespace) -> _runner.Result:
     validate_run_args(args)
     if args.list_models:
@@ -249,8 +354,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if args.model and args.all:
         raise contract.UsageError("usage.model_and_all", "--model and --all cannot be combined", "pick one")
     if not args.dry_run:
-        raise contract.PreconditionError("run.not_wired", "real runs are not wired into this build yet",
-                                         "use --dry-run --json to see the plan")
+        return _run(args)
     caps = engine_capabilities(args)
     payload = build_plan(args, caps)
     doc = contract.envelope("bench-plan.v1", TOOL, ok=not payload["refusals"], **payload)

@@ -1,0 +1,358 @@
+"""Run a campaign of `sglang generate` requests and judge every cell on its evidence.
+
+A cell counts only when: the engine stayed on the native backend (the first diffusers-fallback line stops it at
+once), the log shows no failure (the engine exits 0 when generation fails), BCG cells show a capture and no
+invalidating marker, the perf dump parses strictly, at least one output file exists (sha256 recorded), and no
+foreign process used the leased GPUs at the cell's boundaries. Judging works on one request's evidence
+(``judge_request``), not on a process, so a warm-engine mode can reuse it unchanged.
+
+The report (bench-report.v1) is written after every cell, so Ctrl-C or a crash leaves a valid partial report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
+
+from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, gpu, log_gates, model_cache,
+               perf_dump, quality, report, stats)
+from .cpu_adapter import sgl_cpu_adapter
+from .engine_probe import EngineCapabilities
+from .presets import Preset
+
+GENERATED_OUTPUT_SUFFIXES = (".glb", ".jpeg", ".jpg", ".mp4", ".obj", ".png", ".wav", ".webp", ".gif")
+DEFAULT_CELL_TIMEOUT_S = 3600.0
+REPORT_SUFFIX = ".bench-report.json"
+TOOL = "bench_diffusion_denoise"
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignSettings:
+    label: str
+    output_root: Path
+    threshold_pct: float = 1.5
+    primary_metric: str = "e2e_ms"
+    discard_outliers: bool = False
+    warmup: bool = True
+    torch_compile: bool = False
+    bcg_text_buckets: tuple[int, ...] = ()
+    extra_args: tuple[str, ...] = ()
+    cell_timeout_s: float = DEFAULT_CELL_TIMEOUT_S
+    model_cache_root: Path | None = None
+    seed_caches: tuple[Path, ...] = ()
+    cleanup_model_cache: bool = False
+    cleanup_ledger: Path | None = None
+    write_report: bool = False
+    echo_engine: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestJudgement:
+    status: str  # valid | invalid | failed
+    reasons: tuple[str, ...]
+    perf: dict[str, Any] | None
+    outputs: tuple[dict[str, Any], ...]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def find_outputs(run_dir: Path, stem: str) -> list[Path]:
+    """This run's media only: ``<stem>[_N].<ext>`` inside its own directory (never a prefix glob)."""
+    pattern = re.compile(re.escape(stem) + r"(?:_\d+)?(?:" + "|".join(map(re.escape, GENERATED_OUTPUT_SUFFIXES)) + ")$",
+                         re.IGNORECASE)
+    if not run_dir.is_dir():
+        return []
+    return sorted(p for p in run_dir.iterdir() if p.is_file() and pattern.fullmatch(p.name))
+
+
+def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, stop_reason: str | None,
+                  perf_dump_path: Path, output_paths: Sequence[Path], memory_kind: str) -> RequestJudgement:
+    """One request's status from its evidence; every reason that applies is kept, not only the first."""
+    reasons: list[str] = []
+    failed = False
+    if stop_reason == engine_process.TIMEOUT_REASON:
+        failed = True
+        reasons.append("engine.timeout: stopped after the cell timeout")
+    elif stop_reason:
+        reasons.append(f"{stop_reason}: engine stopped at once on this line")
+    if returncode not in (0, None) and not stop_reason:
+        failed = True
+        reasons.append(f"engine.exit_code: exited {returncode}")
+    reasons += [f"{r.code}: {r.message}" for r in verdict.reasons if not (stop_reason and r.code == stop_reason)]
+    perf = None
+    if perf_dump_path.is_file():
+        try:
+            perf = perf_dump.load_perf_dump(perf_dump_path, memory_kind).to_json()
+        except perf_dump.PerfDumpError as exc:
+            reasons.append(f"perf_dump.invalid: {exc.reason}")
+    else:
+        reasons.append("artifacts.no_perf_dump: the run wrote no perf dump")
+    outputs = tuple({"path": str(p), "sha256": sha256_of(p), "bytes": p.stat().st_size} for p in output_paths)
+    if not outputs:
+        reasons.append("artifacts.no_output: the run saved no output file")
+    status = "failed" if failed else ("invalid" if reasons else "valid")
+    return RequestJudgement(status, tuple(reasons), perf if status == "valid" or perf else None, outputs)
+
+
+def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy: Mapping[str, str]) -> str:
+    """A shell command that reruns one cell; copied secrets appear as ``$NAME``, never as a value."""
+    assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(env_set.items())]
+    assignments += [f'{target}="${source}"' for target, source in sorted(env_copy.items())]
+    return " \\\n  ".join([*assignments, *map(shlex.quote, argv)])
+
+
+class Progress:
+    """One status line per cell on stderr."""
+
+    def __init__(self, total: int, stream: TextIO | None = None):
+        self.total = total
+        self.stream = stream or sys.stderr
+
+    def start(self, cell: dict[str, Any]) -> None:
+        where = f"round {cell['round']} {cell['position']}" if cell["round"] else "single run"
+        print(f"[cell {cell['index'] + 1}/{self.total}] {cell['arm']} ({where}) starting", file=self.stream, flush=True)
+
+    def done(self, cell: dict[str, Any]) -> None:
+        perf = cell.get("perf") or {}
+        figures = ""
+        if perf.get("e2e_ms") is not None:
+            denoise = perf.get("denoise_ms")
+            figures = f" e2e {perf['e2e_ms']:.1f} ms, denoise " + (f"{denoise:.1f} ms" if denoise is not None else "n/a")
+        reasons = f" — {'; '.join(cell['reasons'][:3])}" if cell["reasons"] else ""
+        wall = f"{cell['wall_s']:.1f} s" if cell["wall_s"] is not None else "n/a"
+        print(f"[cell {cell['index'] + 1}/{self.total}] {cell['arm']}: {cell['status'].upper()} after {wall}{figures}"
+              f"{reasons}", file=self.stream, flush=True)
+
+
+def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path) -> dict[str, Any]:
+    return {"index": slot.index, "arm": slot.arm, "round": slot.round, "position": slot.position,
+            "status": "skipped", "reasons": [], "argv": list(argv), "started_at": None, "wall_s": None,
+            "returncode": None, "log_path": None, "perf_dump_path": str(perf_dump_path), "perf": None,
+            "outputs": [], "gates": {}}
+
+
+class CampaignRunner:
+    """Builds every invocation first (a missing flag is refused before any GPU is held), then runs the cells."""
+
+    def __init__(self, preset: Preset, plan: campaign_mod.Campaign, settings: CampaignSettings,
+                 engine: EngineCapabilities, *, environment: dict[str, Any], model_path: str | None,
+                 asset_filenames: Mapping[str, str], caller_env: Mapping[str, str] | None = None,
+                 cuda_visible_devices: str | None = None, use_cpu_adapter: bool = False,
+                 foreign_check: Callable[[], list[dict[str, Any]]] | None = None):
+        self.preset, self.plan, self.settings, self.engine = preset, plan, settings, engine
+        self.environment = environment
+        self.caller_env = dict(os.environ if caller_env is None else caller_env)
+        self.cuda_visible_devices = cuda_visible_devices
+        self.use_cpu_adapter = use_cpu_adapter
+        self.foreign_check = foreign_check
+        self.markers = log_gates.markers_for_version(engine.version)
+        self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
+        self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
+        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations)]
+        self.warnings: list[dict[str, str]] = []
+        for inv in self.invocations[:1]:
+            self.warnings += [{"code": c, "message": m} for c, m in inv.warnings]
+        self.cleanup_entry: dict[str, Any] | None = None
+        self.adapter: dict[str, Any] | None = None
+        self._prepared: model_cache.PreparedCache | None = None
+
+    def _build(self, slot: campaign_mod.Slot, model_path: str | None,
+               asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
+        arm = self.plan.arms[slot.arm]
+        position = ["A1", "B1", "B2", "A2"].index(slot.position) + 1 if slot.position else None
+        options = command_builder.RunOptions(
+            label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,
+            position=position, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
+            bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
+            torch_compile=self.settings.torch_compile,
+            extra_args=(*self.settings.extra_args, *arm.extra_args, *engine_process.port_args()))
+        return command_builder.build_invocation(
+            self.preset, options, self.engine, sglang_cli=[*engine_process.sglang_cli(), "generate"],
+            output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.caller_env,
+            model_path=model_path, asset_filenames=asset_filenames)
+
+    def check_fresh(self) -> None:
+        """Refuse to mix with an earlier campaign's files: same label in the same output dir."""
+        taken = [str(inv.run_dir) for inv in self.invocations if inv.run_dir.exists()]
+        if self.report_path.exists():
+            taken.append(str(self.report_path))
+        if taken:
+            raise contract.PreconditionError(
+                "run.label_taken", f"label {self.settings.label!r} was already used here: {taken[0]}",
+                "choose a new --label (or another --output-dir); earlier results are never overwritten",
+                details={"existing": taken[:10]})
+        missing = sorted({str(p) for inv in self.invocations for p in inv.required_assets if not p.is_file()})
+        if missing:
+            raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
+                                             "run bench_diffusion_denoise.py --fetch-assets --json first")
+
+    # -- running -------------------------------------------------------------------------------------------------
+
+    def run(self, progress: Progress | None = None) -> dict[str, Any]:
+        """Run every cell; always returns the (possibly partial) report, re-raising KeyboardInterrupt after it."""
+        progress = progress or Progress(len(self.cells))
+        self.settings.output_root.mkdir(parents=True, exist_ok=True)
+        exit_reason = "error"
+        try:
+            with self._model_cache() as prepared:
+                for cell, invocation in zip(self.cells, self.invocations):
+                    progress.start(cell)
+                    try:
+                        self._run_cell(cell, invocation, prepared)
+                    except KeyboardInterrupt:
+                        cell["status"] = "interrupted"
+                        cell["reasons"].append("run.interrupted: Ctrl-C during this cell")
+                        raise
+                    finally:
+                        self.write_report()
+                    progress.done(cell)
+                exit_reason = "success" if all(c["status"] == "valid" for c in self.cells) else "error"
+        except KeyboardInterrupt:
+            self._finish("interrupted")
+            raise
+        except BaseException:
+            self._finish(exit_reason)
+            raise
+        return self._finish(exit_reason)
+
+    @contextlib.contextmanager
+    def _model_cache(self) -> Iterator[model_cache.PreparedCache | None]:
+        if self.settings.model_cache_root is None:
+            yield None
+            return
+        model_cache.disk_preflight(self.preset.model, None, self.settings.model_cache_root, self.settings.seed_caches)
+        prepared = model_cache.prepare_child_cache(self.settings.model_cache_root, self.preset.name,
+                                                   self.settings.label, self.settings.seed_caches)
+        self._prepared = prepared
+        yield prepared
+
+    def _finish(self, exit_reason: str) -> dict[str, Any]:
+        prepared = self._prepared
+        if prepared is not None and self.settings.cleanup_model_cache:
+            ledger = self.settings.cleanup_ledger or self.settings.output_root / "cleanup.jsonl"
+            self.cleanup_entry = model_cache.cleanup_child_cache(prepared.root, prepared.child, exit_reason, ledger,
+                                                                 self.preset.name, self.settings.label)
+        return self.write_report(final=True)
+
+    def _child_env(self, invocation: command_builder.Invocation,
+                   prepared: model_cache.PreparedCache | None) -> dict[str, str]:
+        child = invocation.child_env(self.caller_env)
+        if prepared is not None:
+            child.update(prepared.env)
+        if self.cuda_visible_devices is not None:
+            child["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
+        if self.use_cpu_adapter:
+            child = engine_process.cpu_adapter_env(child)
+        return child
+
+    def _run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation,
+                  prepared: model_cache.PreparedCache | None) -> None:
+        arm = self.plan.arms[cell["arm"]]
+        invocation.run_dir.mkdir(parents=True, exist_ok=False)
+        if invocation.config_path is not None:
+            invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
+        gates: dict[str, Any] = {"contention": {"checked": self.foreign_check is not None}}
+        before = self.foreign_check() if self.foreign_check else []
+        gate = log_gates.RequestLogGate(self.markers, bcg_expected=arm.bcg, quality=arm.quality, require_native=True)
+        adapter_lines: list[dict[str, Any]] = []
+
+        def on_line(line: str) -> str | None:
+            announced = sgl_cpu_adapter.parse_announcement(line)
+            if announced:
+                adapter_lines.append(announced)
+            return gate.feed(line)
+
+        cell["started_at"] = contract.utc_now()
+        cell["log_path"] = str(invocation.run_dir / "engine.log")
+        run = engine_process.run_engine(list(invocation.argv), self._child_env(invocation, prepared),
+                                        invocation.run_dir / "engine.log", on_line=on_line,
+                                        timeout_s=self.settings.cell_timeout_s,
+                                        echo=sys.stderr if self.settings.echo_engine else None)
+        after = self.foreign_check() if self.foreign_check else []
+        verdict = gate.verdict()
+        if adapter_lines:
+            self.adapter = {**adapter_lines[-1], "memory_kind": "process_rss"}
+        memory_kind = "process_rss" if adapter_lines and adapter_lines[-1]["active"] else "device"
+        judged = judge_request(verdict=verdict, returncode=run.returncode, stop_reason=run.stop_reason,
+                               perf_dump_path=invocation.perf_dump_path,
+                               output_paths=find_outputs(invocation.output_dir, invocation.output_file_stem),
+                               memory_kind=memory_kind)
+        gates.update(log=verdict.to_json(), stop={"reason": run.stop_reason, "line": run.stop_line,
+                                                   "after_s": run.stopped_after_s})
+        gates["contention"].update(before=before, after=after)
+        status, reasons = judged.status, list(judged.reasons)
+        if (before or after) and status == "valid":
+            status = "contended"
+            reasons.append(f"gpu.contended: {len(before) + len(after)} foreign GPU process sighting(s) at the "
+                           "cell boundaries")
+        cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
+                    perf=judged.perf, outputs=list(judged.outputs), gates=gates)
+
+    # -- reporting -----------------------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        arms = self.plan.arms
+        summary = stats.summarize(self.cells, list(arms), self.plan.baseline_arm, self.plan.candidate_arm,
+                                  discard_outliers=self.settings.discard_outliers,
+                                  threshold_pct=self.settings.threshold_pct,
+                                  primary_metric=self.settings.primary_metric)
+        baseline = self.plan.baseline_arm or next(iter(arms))
+        summary["output_quality"] = quality.output_quality(self.cells, {n: a.to_json() for n, a in arms.items()},
+                                                           baseline)
+        return summary
+
+    def report(self) -> dict[str, Any]:
+        # Every planned cell counts: a skipped, contended or interrupted cell leaves the campaign incomplete.
+        ok = bool(self.cells) and all(c["status"] == "valid" for c in self.cells)
+        summary = self.summary()
+        if summary["output_quality"] is not None and not summary["output_quality"]["passed"]:
+            ok = False
+        if self.cleanup_entry is not None and not self.cleanup_entry.get("ok", False):
+            ok = False
+        engine = {**self.engine.to_json(), "adapter": self.adapter}
+        reproduce = []
+        seen_arms: set[str] = set()
+        for cell, inv in zip(self.cells, self.invocations):
+            if cell["arm"] not in seen_arms:
+                seen_arms.add(cell["arm"])
+                reproduce.append({"arm": cell["arm"], "command": reproduce_command(inv.argv, inv.env_set, inv.env_copy)})
+        doc = contract.envelope(
+            "bench-report.v1", TOOL, ok=ok,
+            campaign={"mode": self.plan.mode, "preset": self.preset.name, "label": self.settings.label,
+                      "rounds": self.plan.rounds, "threshold_pct": self.settings.threshold_pct,
+                      "primary_metric": self.settings.primary_metric, "baseline_arm": self.plan.baseline_arm,
+                      "candidate_arm": self.plan.candidate_arm, "discard_outliers": self.settings.discard_outliers,
+                      "arms": {n: a.to_json() for n, a in self.plan.arms.items()},
+                      "order": self.plan.to_json()["order"]},
+            engine=engine, environment=self.environment,
+            plan={"output_dir": str(self.settings.output_root), "report_path": str(self.report_path),
+                  "reproduce": reproduce, "invocations": [inv.to_json() for inv in self.invocations]},
+            cells=self.cells, summary=summary, warnings=self.warnings)
+        if self.cleanup_entry is not None:
+            doc["cleanup"] = self.cleanup_entry
+        return doc
+
+    def write_report(self, final: bool = False) -> dict[str, Any]:
+        doc = self.report()
+        if final and self.settings.write_report:
+            paths = report.render_report(doc, self.settings.output_root / f"{self.preset.name}__{self.settings.label}")
+            doc["artifacts"] = {"report_md": paths["markdown"], "plot_png": paths["plot"]}
+        contract.check_document(doc)
+        tmp = self.report_path.with_suffix(".tmp")
+        tmp.write_text(contract.dumps(doc) + "\n", encoding="utf-8")
+        tmp.replace(self.report_path)  # atomic: a reader never sees half a report
+        return doc

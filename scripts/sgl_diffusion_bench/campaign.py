@@ -1,0 +1,116 @@
+"""Campaign plans: which arms run, in which order, before anything runs. Pure: no engine, no files.
+
+Modes:
+- ``single``: one measured run of one configuration.
+- ``abba``: eager (A) against breakable CUDA graphs (B), rounds of A1 B1 B2 A2 (the seed PR's order: drift over
+  time hits both arms alike).
+- ``aa``: the same configuration in both arms, in the same A/B/B/A order: the noise floor of this machine.
+- ``ab``: a generic A/B where each arm is a set of extra engine flags, A/B/B/A order.
+- ``matrix``: for each quality the engine offers, eager against BCG in A/B/B/A rounds (``--rounds 1`` gives the
+  reference's 12 rows on a three-quality engine); the summary compares the first quality's pair, every cell keeps
+  its arm so the report shows all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from . import contract
+
+MODES = ("single", "abba", "aa", "ab", "matrix")
+ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))
+DEFAULT_ROUNDS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str  # also part of each run's file names: letters, digits, '.', '-'
+    letter: str | None
+    description: str
+    extra_args: tuple[str, ...] = ()
+    quality: str | None = None
+    bcg: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"letter": self.letter, "description": self.description, "extra_args": list(self.extra_args),
+                "quality": self.quality, "bcg": self.bcg}
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One cell of the plan: which arm, which round, which position in the round (A1, B1, B2, A2)."""
+
+    index: int
+    arm: str
+    round: int | None
+    position: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Campaign:
+    mode: str
+    arms: dict[str, Arm]
+    slots: tuple[Slot, ...]
+    rounds: int
+    baseline_arm: str | None
+    candidate_arm: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "rounds": self.rounds, "baseline_arm": self.baseline_arm,
+                "candidate_arm": self.candidate_arm, "arms": {n: a.to_json() for n, a in self.arms.items()},
+                "order": [{"round": s.round, "position": s.position, "arm": s.arm} for s in self.slots
+                          if s.round is not None]}
+
+
+def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 1) -> list[Slot]:
+    slots = []
+    for r in range(first_round, first_round + rounds):
+        for letter, position in ABBA_POSITIONS:
+            slots.append(Slot(start_index + len(slots), (a if letter == "A" else b).name, r, position))
+    return slots
+
+
+def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None, bcg: bool = False,
+         arm_a_args: Sequence[str] = (), arm_b_args: Sequence[str] = (),
+         engine_qualities: Sequence[str] | None = None) -> Campaign:
+    """The campaign for ``mode``; a UsageError when the mode's inputs do not fit it."""
+    if mode not in MODES:
+        raise contract.UsageError("usage.bad_campaign", f"unknown campaign {mode!r}", f"use one of {', '.join(MODES)}")
+    if rounds < 1:
+        raise contract.UsageError("usage.bad_rounds", f"--rounds must be at least 1, got {rounds}", "use --rounds 2")
+    if mode != "ab" and (arm_a_args or arm_b_args):
+        raise contract.UsageError("usage.arm_args_need_ab", "--arm-a-args/--arm-b-args only apply to --campaign ab",
+                                  "add --campaign ab")
+    if mode == "single":
+        arm = Arm("run", None, "one run" + (" with BCG" if bcg else ""), quality=quality, bcg=bcg)
+        return Campaign(mode, {arm.name: arm}, (Slot(0, arm.name, None, None),), 1, None, None)
+    if mode == "abba":
+        a = Arm("eager", "A", "eager (baseline)", quality=quality)
+        b = Arm("bcg", "B", "breakable CUDA graphs (candidate)", quality=quality, bcg=True)
+        return Campaign(mode, {"eager": a, "bcg": b}, tuple(_abba(a, b, rounds)), rounds, "eager", "bcg")
+    if mode == "aa":
+        a = Arm("a", "A", "configuration under test", quality=quality, bcg=bcg)
+        b = Arm("a-again", "B", "the same configuration again (A/A noise measurement)", quality=quality, bcg=bcg)
+        return Campaign(mode, {"a": a, "a-again": b}, tuple(_abba(a, b, rounds)), rounds, "a", "a-again")
+    if mode == "ab":
+        if not arm_b_args and not arm_a_args:
+            raise contract.UsageError("usage.ab_needs_arms", "--campaign ab needs --arm-b-args (and optionally "
+                                      "--arm-a-args)", "e.g. --arm-b-args='--attention-backend fa'")
+        a = Arm("a", "A", "baseline: " + (" ".join(arm_a_args) or "preset as is"), tuple(arm_a_args), quality, bcg)
+        b = Arm("b", "B", "candidate: " + " ".join(arm_b_args), tuple(arm_b_args), quality, bcg)
+        return Campaign(mode, {"a": a, "b": b}, tuple(_abba(a, b, rounds)), rounds, "a", "b")
+    # matrix: every quality the engine offers; the engine decides, not a hard-coded list
+    if not engine_qualities:
+        raise contract.PreconditionError("engine.no_quality_levels", "the installed engine has no --quality "
+                                         "levels, so there is no quality x BCG matrix to run",
+                                         "use a newer sglang (0.5.23 or main), or --campaign abba on one quality")
+    arms: dict[str, Arm] = {}
+    slots: list[Slot] = []
+    for q in engine_qualities:
+        a = Arm(f"eager-{q}", "A", f"eager, quality={q}", quality=q)
+        b = Arm(f"bcg-{q}", "B", f"BCG, quality={q}", quality=q, bcg=True)
+        arms.update({a.name: a, b.name: b})
+        slots += _abba(a, b, rounds, start_index=len(slots))
+    first = engine_qualities[0]
+    return Campaign(mode, arms, tuple(slots), rounds, f"eager-{first}", f"bcg-{first}")
