@@ -108,6 +108,12 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
     return RequestJudgement(status, tuple(reasons), perf if status == "valid" or perf else None, outputs)
 
 
+def port_args_for(engine: EngineCapabilities) -> list[str]:
+    """Fresh free ports where the engine takes them: its defaults collide between concurrent runs."""
+    args = engine_process.port_args()
+    return args if all(engine.accepts_flag(f) for f in args[::2]) else []
+
+
 def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy: Mapping[str, str]) -> str:
     """A shell command that reruns one cell; copied secrets appear as ``$NAME``, never as a value."""
     assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(env_set.items())]
@@ -179,7 +185,7 @@ class CampaignRunner:
             position=position, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
-            extra_args=(*self.settings.extra_args, *arm.extra_args, *engine_process.port_args()))
+            extra_args=(*self.settings.extra_args, *arm.extra_args, *port_args_for(self.engine)))
         return command_builder.build_invocation(
             self.preset, options, self.engine, sglang_cli=[*engine_process.sglang_cli(), "generate"],
             output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.caller_env,

@@ -8,12 +8,11 @@ artifacts) without running it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly,
                presets, selftest)
@@ -267,24 +266,6 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
     return _runner.Result(doc, text, exit_code=1 if failed else 0)
 
 
-@contextlib.contextmanager
-def leased_devices(count: int, label: str, inventory: gpu.Inventory) -> Iterator[tuple[str, list[str]]]:
-    """Hold GPUs for a whole campaign: the caller's CUDA_VISIBLE_DEVICES if set (leased too), else idle ones."""
-    wanted = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if not wanted:
-        with gpu.leased_gpus(count, label=label) as (gpus, _lease):
-            yield ",".join(str(g.index) for g in gpus), [g.uuid for g in gpus]
-        return
-    by_key = {**{str(g.index): g for g in inventory.gpus}, **{g.uuid: g for g in inventory.gpus}}
-    chosen = [by_key.get(k.strip()) for k in wanted.split(",")]
-    if None in chosen or len(chosen) < count:
-        raise contract.PreconditionError(
-            "gpu.visible_devices", f"CUDA_VISIBLE_DEVICES={wanted} does not name {count} GPU(s) NVML knows",
-            "unset it to let the benchmark pick idle GPUs, or list NVML indices/UUIDs")
-    with gpu.GpuLease([g.uuid for g in chosen], label=label):
-        yield wanted, [g.uuid for g in chosen]
-
-
 def _environment() -> dict[str, Any]:
     doc = env.inspect()
     return {k: v for k, v in doc.items() if k not in ("schema", "ok", "tool", "created_at")}
@@ -323,7 +304,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     for preset, runner in runners:
         try:
             if preset.num_gpus > 0:
-                with leased_devices(preset.num_gpus, f"{preset.name}:{args.label}", inventory) as (visible, uuids):
+                with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}", inventory) as (visible, uuids):
                     runner.cuda_visible_devices = visible
                     runner.foreign_check = lambda u=uuids: gpu.foreign_processes(u, own_pids=set())
                     docs.append(runner.run())

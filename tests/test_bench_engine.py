@@ -1,0 +1,105 @@
+"""The benchmark runner against the real sglang 0.5.10.post1 engine on CPU (tiny-flux-cpu preset)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
+from sgl_diffusion_bench import (assets, bench_runner, campaign, contract, engine_probe, presets, tiny_model)
+
+pytestmark = pytest.mark.engine
+
+
+def test_aa_campaign_two_rounds_is_valid_with_identical_outputs(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "2",
+                     "--label", "aa", "--output-dir", str(tmp_path), "--report", "--json", timeout=1800)
+    doc = run.document
+    assert run.returncode == 0 and doc["schema"] == "bench-report.v1" and doc["ok"], run.stderr[-3000:]
+    cells = doc["cells"]
+    assert len(cells) == 8 and all(c["status"] == "valid" for c in cells)
+    assert [c["position"] for c in cells] == ["A1", "B1", "B2", "A2"] * 2
+    hashes = {o["sha256"] for c in cells for o in c["outputs"]}
+    assert len(hashes) == 1  # same seed, same config: byte-identical in both arms
+    identity = doc["summary"]["output_quality"]["checks"][0]
+    assert identity["passed"] and len(identity["distinct_hashes"]) == 1 if "distinct_hashes" in identity else True
+    assert doc["engine"]["adapter"]["active"] and all(c["perf"]["memory_kind"] == "process_rss" for c in cells)
+    assert doc["summary"]["comparison"]["e2e_ms"]["verdict"] in (
+        "improved", "regressed", "no-significant-change", "insufficient-data")
+    # One status line per cell on stderr, and the report file is the printed document.
+    assert run.stderr.count("VALID after") == 8
+    on_disk = json.loads(Path(doc["plan"]["report_path"]).read_text())
+    assert on_disk["cells"] == cells
+    plot = Path(doc["artifacts"]["plot_png"])
+    assert Image.open(plot).size[0] > 300 and Path(doc["artifacts"]["report_md"]).read_text().count("|") > 20
+    # A second campaign with the same label never overwrites the first.
+    again = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "aa",
+                       "--output-dir", str(tmp_path), "--json")
+    assert again.returncode == 3 and again.document["error"]["code"] == "run.label_taken"
+
+
+def _runner(tmp_path: Path, label: str, model_path: Path, extra_args=(), caller_env=None):
+    preset = presets.get_preset("tiny-flux-cpu")
+    caps = engine_probe.probe_engine().capabilities
+    settings = bench_runner.CampaignSettings(label=label, output_root=tmp_path, extra_args=tuple(extra_args))
+    return bench_runner.CampaignRunner(preset, campaign.plan("single"), settings, caps, environment={},
+                                       model_path=str(model_path), asset_filenames={},
+                                       caller_env=caller_env, use_cpu_adapter=True)
+
+
+def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path):
+    full_run_s = json.loads((TEST_FIXTURES / "engine-cpu-0.5.10" / "fallback-auto" / "run.json").read_text())["wall_s"]
+    unresolved = tiny_model.ensure_tiny_flux(name=tiny_model.UNRESOLVED_NAME)
+    runner = _runner(tmp_path, "fallback", unresolved, extra_args=("--backend", "auto"))
+    doc = runner.run()
+    cell = doc["cells"][0]
+    stop = cell["gates"]["stop"]
+    assert cell["status"] == "invalid" and not doc["ok"]
+    assert stop["reason"] == "backend.diffusers_fallback" and "Falling back to diffusers backend" in stop["line"]
+    assert cell["wall_s"] - stop["after_s"] < 7  # stopped within seconds of the line
+    assert cell["wall_s"] < full_run_s  # the recorded full fallback run took longer
+    assert cell["outputs"] == [] and cell["perf"] is None
+    print(f"fallback stopped {stop['after_s']:.1f} s after start, wall {cell['wall_s']:.1f} s "
+          f"(full fallback run recorded at {full_run_s:.1f} s)")
+
+
+def test_exit_code_zero_without_output_is_an_invalid_cell(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "nooutput",
+                     "--output-dir", str(tmp_path), "--json", env={"SGL_CPU_ADAPTER_DISABLE": "b6"}, timeout=900)
+    doc = run.document
+    cell = doc["cells"][0]
+    assert run.returncode == 1 and not doc["ok"]
+    assert cell["returncode"] == 0 and cell["status"] == "invalid"  # the engine itself said nothing was wrong
+    assert any(r.startswith("artifacts.no_output") for r in cell["reasons"])
+
+
+def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path):
+    env = dict(os.environ, HF_TOKEN=HF_TOKEN_CANARY)
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_denoise.py"), "--model", "tiny-flux-cpu",
+                             "--campaign", "aa", "--rounds", "1", "--label", "sigint", "--output-dir", str(tmp_path),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stderr_lines = []
+    for line in proc.stderr:
+        stderr_lines.append(line)
+        if line.startswith("[cell 2/4]") and "starting" in line:
+            time.sleep(3)  # let the second engine start
+            proc.send_signal(signal.SIGINT)
+            break
+    stdout, rest = proc.communicate(timeout=120)
+    assert proc.returncode == contract.ExitCode.INTERRUPTED, "".join(stderr_lines) + rest
+    doc = json.loads(stdout)
+    assert contract.validation_errors(doc) == [] and doc["schema"] == "bench-report.v1" and not doc["ok"]
+    assert [c["status"] for c in doc["cells"]] == ["valid", "interrupted", "skipped", "skipped"]
+    assert json.loads(Path(doc["plan"]["report_path"]).read_text())["cells"][1]["status"] == "interrupted"
+    assert HF_TOKEN_CANARY not in stdout + rest
+    # No engine process of this campaign is left behind.
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftovers == []
