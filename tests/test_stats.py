@@ -149,3 +149,14 @@ def test_simulated_false_positive_and_detection_rates_small():
     assert faster["improved"] >= 0.9
     noisy = sim.verdict_rates(150, 2, 5.0, -3.0, seed=13, resamples=2000)
     assert noisy["improved"] < 0.5  # at CV 5% a 3% change must not be called reliably: the rule is not a rubber stamp
+
+
+def test_a_noisy_machine_supports_no_verdict():
+    """Seen on a loaded 2-core box: an A/A campaign whose cells ranged from 36 ms to 3.5 s came out 'regressed'
+    (+89%) because both rounds happened to be slower in B. A spread that wide supports no claim at all."""
+    e2e = [1295.9, 1492.2, 1367.6, 35.6, 1565.0, 3355.6, 3464.0, 2223.8]
+    arms = ["a", "a-again", "a-again", "a"] * 2
+    cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e))]
+    change = stats.metric_change(cells, "a", "a-again", "e2e_ms")
+    assert change["verdict"] == "insufficient-data" and change["reason"].startswith("unstable:")
+    assert change["change_pct"] is not None  # the figures are still reported, only the verdict is withheld

@@ -18,6 +18,7 @@ DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 20260101
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_ROUNDS = 2
+MAX_CV_PCT = 10.0  # pyperf's instability line: a spread this wide drowns any change worth claiming
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut for the modified z-score
 MAD_FLOOR_FRACTION = 0.001  # spreads under 0.1 % of the median are timer noise, not a scale to divide by
 METRICS = ("e2e_ms", "denoise_ms")
@@ -32,8 +33,9 @@ def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> s
     return (f"change = (candidate mean - baseline mean) / baseline mean. 'improved' when the {pct} bootstrap "
             f"interval of the change lies entirely below -{threshold_pct:g}% AND every round's change is negative; "
             f"'regressed' when it lies entirely above +{threshold_pct:g}% AND every round's change is positive; "
-            f"'insufficient-data' when an arm has fewer than 2 used cells or, for cells with rounds, fewer than "
-            f"{min_rounds} rounds have both arms; otherwise 'no-significant-change'.")
+            f"'insufficient-data' when an arm has fewer than 2 used cells, when, for cells with rounds, fewer than "
+            f"{min_rounds} rounds have both arms, or when either arm's coefficient of variation exceeds "
+            f"{MAX_CV_PCT:g}% (too noisy to support any verdict); otherwise 'no-significant-change'.")
 
 
 def used_cells(cells: Iterable[Mapping[str, Any]], arm: str | None = None) -> list[Mapping[str, Any]]:
@@ -177,6 +179,15 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
     if has_rounds and len(complete) < min_rounds:
         return {**result, "verdict": "insufficient-data",
                 "reason": f"{len(complete)} round(s) with both arms; need {min_rounds}"}
+
+    spreads = {arm: describe([_metric(c, metric) for c in group])["cv_pct"] for arm, group in
+               ((baseline, base), (candidate, cand))}
+    noisy = {arm: cv for arm, cv in spreads.items() if cv is not None and cv > MAX_CV_PCT}
+    if noisy:
+        worst = max(noisy, key=noisy.get)
+        return {**result, "verdict": "insufficient-data",
+                "reason": f"unstable: {metric} varies by CV {noisy[worst]:.1f}% in arm {worst!r} (limit "
+                          f"{MAX_CV_PCT:g}%); quiet the machine (idle GPU, no other jobs) and re-run, or add rounds"}
 
     if has_rounds:
         base_strata = [[_metric(c, metric) for c in base if c["round"] == r] for r in complete]
