@@ -190,3 +190,19 @@ def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
     assert announced == [{"active": True, "patches": list(sgl_cpu_adapter.PATCHES), "disabled": [],
                           "pid": announced[0]["pid"], "memory_source": "process_rss"}]
     assert "operator torchvision::nms does not exist" in unpatched.stderr
+
+
+def test_adapter_stays_inactive_when_torch_sees_an_accelerator():
+    """Simulated accelerator: the first hook decides, announces 'inactive' and patches nothing (b0 included)."""
+    proc = run_python("""
+        import torch
+        torch.accelerator.is_available = lambda: True
+        try:
+            import torchvision
+            print(torchvision.extension._has_ops())  # its own ops loaded: nothing to patch anyway
+        except RuntimeError as error:
+            print("torchvision::nms does not exist" in str(error))  # b0 was not applied
+    """, engine_process.cpu_adapter_env(dict(os.environ)))
+    announced = [a for a in map(sgl_cpu_adapter.parse_announcement, proc.stderr.splitlines()) if a]
+    assert [(a["active"], a["patches"]) for a in announced] == [(False, [])]
+    assert proc.stdout.split() == ["True"], proc.stderr[-2000:]
