@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml requirements/engine-cpu.txt requirements/engine-nodeps.
 	$(PIP) install --no-deps -e .
 	touch $@
 
+# The main job: a real benchmark of the real sglang engine on a tiny local FLUX.1 model (CPU, no GPU, no hub).
+DEMO_LABEL ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: setup
-	$(PY) scripts/diffusion_skill_env.py inspect --json
+	$(PY) scripts/bench_diffusion_denoise.py --model tiny-flux-cpu --label $(DEMO_LABEL) --report --json
 
 test: setup
 	$(PY) -m pytest -q
