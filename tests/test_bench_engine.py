@@ -65,7 +65,8 @@ def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path)
     assert cell["status"] == "invalid" and not doc["ok"]
     assert stop["reason"] == "backend.diffusers_fallback" and "Falling back to diffusers backend" in stop["line"]
     assert cell["wall_s"] - stop["after_s"] < 7  # stopped within seconds of the line
-    assert cell["wall_s"] < full_run_s  # the recorded full fallback run took longer
+    log = Path(cell["log_path"]).read_text()
+    assert "Loaded diffusers pipeline" not in log and "Generated" not in log  # the fallback never got to run
     assert cell["outputs"] == [] and cell["perf"] is None
     print(f"fallback stopped {stop['after_s']:.1f} s after start, wall {cell['wall_s']:.1f} s "
           f"(full fallback run recorded at {full_run_s:.1f} s)")

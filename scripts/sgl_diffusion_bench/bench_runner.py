@@ -287,7 +287,8 @@ class CampaignRunner:
         run = engine_process.run_engine(list(invocation.argv), self._child_env(invocation, prepared),
                                         invocation.run_dir / "engine.log", on_line=on_line,
                                         timeout_s=self.settings.cell_timeout_s,
-                                        echo=sys.stderr if self.settings.echo_engine else None)
+                                        echo=sys.stderr if self.settings.echo_engine else None,
+                                        cwd=invocation.run_dir)  # the engine records the git commit of its cwd
         after = self.foreign_check() if self.foreign_check else []
         verdict = gate.verdict()
         if adapter_lines:
