@@ -124,10 +124,10 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}:profile", inventory) as (visible, _):
             child["CUDA_VISIBLE_DEVICES"] = visible
             run = engine_process.run_engine(list(invocation.argv), child, log_path, on_line=gate.feed,
-                                            timeout_s=args.timeout_s, echo=echo)
+                                            timeout_s=args.timeout_s, echo=echo, cwd=invocation.run_dir)
     else:
         run = engine_process.run_engine(list(invocation.argv), child, log_path, on_line=gate.feed,
-                                        timeout_s=args.timeout_s, echo=echo)
+                                        timeout_s=args.timeout_s, echo=echo, cwd=invocation.run_dir)
     verdict = gate.verdict()
     traces = find_traces(trace_dir)
     reasons = [f"{r.code}: {r.message}" for r in verdict.reasons]
