@@ -108,6 +108,15 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
     return RequestJudgement(status, tuple(reasons), perf if status == "valid" or perf else None, outputs)
 
 
+def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
+    """The CPU adapter patches the caller switched off (SGL_CPU_ADAPTER_DISABLE), checked before anything runs."""
+    try:
+        return sgl_cpu_adapter.parse_disabled(caller_env.get(sgl_cpu_adapter.DISABLE_ENV))
+    except ValueError as exc:
+        raise contract.UsageError("usage.bad_adapter_switch", str(exc),
+                                  f"set {sgl_cpu_adapter.DISABLE_ENV} to patch ids such as b5,b6") from exc
+
+
 def port_args_for(engine: EngineCapabilities) -> list[str]:
     """Fresh free ports where the engine takes them: its defaults collide between concurrent runs."""
     args = engine_process.port_args()
@@ -166,6 +175,7 @@ class CampaignRunner:
         self.use_cpu_adapter = use_cpu_adapter
         self.foreign_check = foreign_check
         self.markers = log_gates.markers_for_version(engine.version)
+        adapter_switches_off(self.caller_env)  # a typo in the switch is a usage error before anything runs
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
         self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations)]
@@ -262,7 +272,7 @@ class CampaignRunner:
         if self.cuda_visible_devices is not None:
             child["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         if self.use_cpu_adapter:
-            child = engine_process.cpu_adapter_env(child)
+            child = engine_process.cpu_adapter_env(child, adapter_switches_off(self.caller_env))
         return child
 
     def _run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation,

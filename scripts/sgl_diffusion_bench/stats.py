@@ -35,7 +35,9 @@ def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> s
             f"'regressed' when it lies entirely above +{threshold_pct:g}% AND every round's change is positive; "
             f"'insufficient-data' when an arm has fewer than 2 used cells, when, for cells with rounds, fewer than "
             f"{min_rounds} rounds have both arms, or when either arm's coefficient of variation exceeds "
-            f"{MAX_CV_PCT:g}% (too noisy to support any verdict); otherwise 'no-significant-change'.")
+            f"{MAX_CV_PCT:g}% (too noisy to support any verdict); otherwise 'no-significant-change'. Cells without "
+            f"rounds (perf dumps compared as groups) are judged on the interval alone: run an A/B/B/A campaign to "
+            f"show the change repeats.")
 
 
 def used_cells(cells: Iterable[Mapping[str, Any]], arm: str | None = None) -> list[Mapping[str, Any]]:
@@ -203,6 +205,8 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
     all_down, all_up = all(v < 0 for v in round_changes), all(v > 0 for v in round_changes)
     result["rounds_same_direction"] = all_down or all_up if round_changes else None
     interval = f"{confidence * 100:g}% CI [{low:+.3f}%, {high:+.3f}%]"
+    if not has_rounds:
+        interval += " (no rounds: that the change repeats is not established)"
     if high < -threshold_pct and all_down:
         verdict, reason = "improved", f"{interval} is below -{threshold_pct:g}% and every round is faster"
     elif low > threshold_pct and all_up:

@@ -140,7 +140,8 @@ def campaign_mode(args: argparse.Namespace) -> str:
 def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> campaign.Campaign:
     return campaign.plan(campaign_mode(args), rounds=args.rounds, quality=args.quality, bcg=args.breakable_cuda_graph,
                          arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
-                         engine_qualities=caps.quality_values)
+                         engine_qualities=[q for q in command_builder.BENCHMARK_QUALITY_LEVELS
+                                           if q in (caps.quality_values or ())] or None)
 
 
 def engine_capabilities(args: argparse.Namespace) -> engine_probe.EngineCapabilities:

@@ -83,7 +83,7 @@ def _lease(args: argparse.Namespace, options: dict) -> _runner.Result:
         raise contract.UsageError("usage.no_command", "lease needs a command after --",
                                   f"{TOOL} lease --count 1 -- sglang generate ...")
     with gpu.leased_gpus(args.count, label=args.label, **options) as (gpus, lease):
-        child_env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(g.uuid for g in gpus),
+        child_env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(g.index) for g in gpus),
                          CUDA_DEVICE_ORDER="PCI_BUS_ID")
         print(f"[lease] GPUs {[g.index for g in gpus]} held for: {' '.join(cmd)}", file=sys.stderr)
         try:

@@ -114,7 +114,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
     child = {**invocation.child_env(os.environ), **profiler_env}
     if not inventory.gpus:
-        child = engine_process.cpu_adapter_env(child)
+        child = engine_process.cpu_adapter_env(child, bench_runner.adapter_switches_off(os.environ))
     gate = log_gates.RequestLogGate(log_gates.markers_for_version(caps.version), bcg_expected=args.breakable_cuda_graph,
                                     quality=args.quality, require_native=True, profiling=True)
     log_path = invocation.run_dir / "engine.log"
