@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
-from sgl_diffusion_bench import (assets, bench_runner, campaign, contract, engine_probe, presets, tiny_model)
+from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, presets, tiny_model
 
 pytestmark = pytest.mark.engine
 

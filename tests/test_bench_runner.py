@@ -3,7 +3,6 @@ reproduce commands. The real engine runs in test_bench_engine.py."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS
+from conftest import HF_TOKEN_CANARY, REPO
 from sgl_diffusion_bench import doc_tables
 
 DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "README.md")]
@@ -81,43 +81,38 @@ def test_generated_tables_match_the_data():
 
 
 def _resolve(schema: dict, path: str, root: dict, schema_id: str) -> None:
+    """Walk ``path`` through the schema, following $ref (also into other schema files), items and properties."""
     node = schema
     for token in re.findall(r"[^.\[\]]+|\[\]", path):
-        node = _deref(node, root)
+        node, root = _deref(node, root)
         if token == "[]":
             assert "items" in node, f"{schema_id}:{path}: {token} on a non-array"
             node = node["items"]
             continue
-        candidates = [node, *[_deref(s, root) for key in ("oneOf", "anyOf", "allOf") for s in node.get(key, [])]]
         found = None
-        for cand in candidates:
+        for cand in [node, *[s for key in ("oneOf", "anyOf", "allOf") for s in node.get(key, [])]]:
+            cand, cand_root = _deref(cand, root)
             if token in cand.get("properties", {}):
-                found = cand["properties"][token]
+                found, root = cand["properties"][token], cand_root
                 break
-            extra = cand.get("additionalProperties")
-            if isinstance(extra, dict):
-                found = extra
+            if isinstance(cand.get("additionalProperties"), dict):
+                found, root = cand["additionalProperties"], cand_root
         assert found is not None, f"{schema_id}:{path}: no field {token!r}"
         node = found
 
 
-def _deref(node: dict, root: dict) -> dict:
+def _deref(node: dict, root: dict) -> tuple[dict, dict]:
+    """The node with its $ref chain merged in, and the document that local refs inside it now refer to."""
     while "$ref" in node:
-        ref = node["$ref"]
-        if ref.startswith("#/"):
-            target = root
-            for part in ref[2:].split("/"):
-                target = target[part]
-        else:
-            file, _, pointer = ref.partition("#")
-            target = json.loads((REPO / "schemas" / file).read_text())
-            for part in pointer.strip("/").split("/") if pointer else []:
-                target = target[part]
+        file, _, pointer = node["$ref"].partition("#")
+        if file:
+            root = json.loads((REPO / "schemas" / file).read_text())
+        target = root
+        for part in pointer.strip("/").split("/") if pointer.strip("/") else []:
+            target = target[part]
         rest = {k: v for k, v in node.items() if k != "$ref"}
-        merged = {**target, **rest}
-        merged["properties"] = {**target.get("properties", {}), **rest.get("properties", {})}
-        node = merged
-    return node
+        node = {**target, **rest, "properties": {**target.get("properties", {}), **rest.get("properties", {})}}
+    return node, root
 
 
 @pytest.mark.parametrize("doc", SKILL_DOCS, ids=lambda p: p.name)

@@ -18,11 +18,10 @@ import os
 import re
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, gpu, log_gates, model_cache,
+from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, log_gates, model_cache,
                perf_dump, quality, report, stats)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import contract, selftest
@@ -50,6 +51,18 @@ def new_parser(prog: str, description: str, epilog: str = "") -> Parser:
 
 EXIT_CODES_EPILOG = """exit codes: 0 ok; 1 a run failed or a row is invalid (the document is still printed);
 2 bad usage or bad input; 3 precondition unmet, nothing run; 70 internal error; 130 interrupted."""
+
+
+def write_output_file(path: str | Path, text: str, flag: str) -> str:
+    """Write a side output (--markdown, --output); an unwritable path is the user's to fix, not a traceback."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise contract.UsageError("usage.output_unwritable", f"cannot write {target}: {exc.strerror or exc}",
+                                  f"choose a writable path for {flag}") from None
+    return str(target)
 
 
 def _print_human(text: str | None, stream) -> None:

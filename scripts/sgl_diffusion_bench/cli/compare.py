@@ -6,7 +6,6 @@ with more than one dump per group the comparison carries a bootstrap interval an
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .. import contract, perf_compare, perf_dump, selftest, stats
 from . import _runner
@@ -68,14 +67,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     markdown = perf_compare.render_markdown(payload)
     payload["markdown_path"] = None
     if args.markdown:
-        path = Path(args.markdown)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(markdown, encoding="utf-8")
-        except OSError as exc:
-            raise contract.UsageError("usage.unwritable_output", f"cannot write {path}: {exc}",
-                                      "pick a writable --markdown path") from None
-        payload["markdown_path"] = str(path)
+        payload["markdown_path"] = _runner.write_output_file(args.markdown, markdown, "--markdown")
     return _runner.Result(contract.envelope("compare.v1", TOOL, **payload), markdown)
 
 

@@ -54,17 +54,6 @@ def _positive(value: int, flag: str) -> int:
     return value
 
 
-def _write(path: str, text: str) -> str:
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise contract.UsageError("usage.output_unwritable", f"cannot write {target}: {exc}",
-                                  "choose a writable path for the output file") from exc
-    return str(target)
-
-
 def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
     traces = [load_trace(p) for p in paths]
     bodies = [hotspots_body(t, None) for t in traces]
@@ -80,7 +69,7 @@ def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
         text = "\n".join(render_hotspots_text(b) for b in doc["traces"])
     if output:
         contract.check_document(full)
-        _write(output, contract.dumps(full) + "\n")
+        _runner.write_output_file(output, contract.dumps(full) + "\n", "--output")
     return _runner.Result(doc, text)
 
 
@@ -93,7 +82,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         a, b = load_trace(args.trace_a), load_trace(args.trace_b)
         result = compare_traces(a, b, (args.label_a, args.label_b), _positive(args.top, "--top"))
         markdown = render_compare_markdown(result)
-        path = _write(args.markdown, markdown) if args.markdown else None
+        path = _runner.write_output_file(args.markdown, markdown, "--markdown") if args.markdown else None
         doc = contract.envelope("trace-compare.v1", TOOL, traces={"a": trace_info(a), "b": trace_info(b)},
                                 markdown=markdown, markdown_path=path, **result)
         return _runner.Result(doc, markdown)
