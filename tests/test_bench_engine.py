@@ -86,7 +86,7 @@ def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path):
     env = dict(os.environ, HF_TOKEN=HF_TOKEN_CANARY)
     proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_denoise.py"), "--model", "tiny-flux-cpu",
                              "--campaign", "aa", "--rounds", "1", "--label", "sigint", "--output-dir", str(tmp_path),
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             "--model-cache-root", str(tmp_path / "cache"), "--cleanup-model-cache", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stderr_lines = []
     for line in proc.stderr:
         stderr_lines.append(line)
@@ -101,6 +101,24 @@ def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path):
     assert [c["status"] for c in doc["cells"]] == ["valid", "interrupted", "skipped", "skipped"]
     assert json.loads(Path(doc["plan"]["report_path"]).read_text())["cells"][1]["status"] == "interrupted"
     assert HF_TOKEN_CANARY not in stdout + rest
+    # The isolated cache was removed in the runner's finally block, ledgered as interrupted and re-scanned.
+    assert doc["cleanup"]["exit_reason"] == "interrupted" and doc["cleanup"]["residual"]["clean"]
+    assert not Path(doc["cleanup"]["cache_dir"]).exists()
+    ledger = [json.loads(line) for line in (tmp_path / "cleanup.jsonl").read_text().splitlines()]
+    assert [e["exit_reason"] for e in ledger] == ["interrupted"]
     # No engine process of this campaign is left behind.
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
+
+
+def test_profile_run_on_the_real_engine_lists_its_trace_and_no_timings(tmp_path):
+    run = run_script("profile_diffusion", "--model", "tiny-flux-cpu", "--label", "prof", "--all-stages",
+                     "--output-dir", str(tmp_path), "--json", timeout=900)
+    doc = run.document
+    assert run.returncode == 0 and doc["status"] == "valid", doc["reasons"]
+    assert doc["timings_are_benchmark_numbers"] is False and "e2e_ms" not in json.dumps(doc)
+    assert list(doc["profiler_env"]) == ["SGLANG_TORCH_PROFILER_DIR"]  # what 0.5.10.post1's profiler reads
+    (trace,) = doc["traces"]
+    assert trace["rank"] == 0 and Path(trace["path"]).is_file() and trace["path"].startswith(doc["trace_dir"])
+    hot = run_script("analyze_trace", "hotspots", trace["path"], "--json")
+    assert hot.returncode == 0 and hot.document["ok"]

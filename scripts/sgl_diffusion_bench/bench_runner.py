@@ -249,7 +249,12 @@ class CampaignRunner:
         if self.settings.model_cache_root is None:
             yield None
             return
-        model_cache.disk_preflight(self.preset.model, None, self.settings.model_cache_root, self.settings.seed_caches)
+        if not self.preset.local_model:  # a local model is already on disk; a hub model must fit first
+            preflight = model_cache.disk_preflight(self.preset.model, None, self.settings.model_cache_root,
+                                                   self.settings.seed_caches, environ=self.caller_env)
+            if preflight.get("outcome") == "unknown_size":
+                self.warnings.append({"code": "cache.unknown_size", "message": "the model's size is unknown (no hub "
+                                      "metadata, no cached snapshot): the download may fill the disk"})
         prepared = model_cache.prepare_child_cache(self.settings.model_cache_root, self.preset.name,
                                                    self.settings.label, self.settings.seed_caches)
         self._prepared = prepared
