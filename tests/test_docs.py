@@ -148,7 +148,15 @@ def test_documented_commands_run(doc, mode, body, tmp_path):
     assert mode is None, f"unknown doc-test mode {mode!r}"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                SGLANG_DIFFUSION_SKILL_WORKDIR=str(tmp_path), HF_TOKEN=HF_TOKEN_CANARY)
+    before = _untracked()
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, f"{doc.name} block failed ({proc.returncode}):\n{body}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert HF_TOKEN_CANARY not in proc.stdout + proc.stderr
+    assert _untracked() == before, "a documented command wrote files into the checkout"
+
+
+def _untracked() -> set[str]:
+    out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=REPO, capture_output=True,
+                         text=True)
+    return set(out.stdout.split())
