@@ -252,17 +252,19 @@ def test_dry_run_plan_for_tiny_flux_cpu(tmp_path):
 
 
 def test_dry_run_matrix_has_twelve_abba_rows_with_buckets_only_on_bcg(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "qwen", "--quality-bcg-matrix", "--bcg-text-buckets",
-                     "128", "--engine-capabilities", "recent", "--dry-run", "--json",
+    run = run_script("bench_diffusion_denoise", "--model", "qwen", "--quality-bcg-matrix", "--rounds", "1",
+                     "--bcg-text-buckets", "128", "--engine-capabilities", "recent", "--dry-run", "--json",
                      env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
     runs = run.document["runs"]
-    assert [r["run_id"].split("__")[2] for r in runs] == [
-        f"{m}-{q}-{ab}" for q in ("lossless", "extra-high", "high")
-        for m, ab in (("eager", "a"), ("bcg", "a"), ("bcg", "b"), ("eager", "b"))]
+    assert [tuple(r["run_id"].split("__")[2:]) for r in runs] == [
+        (f"{m}-{q}", f"r01p{p:02d}") for q in ("lossless", "extra-high", "high")
+        for p, m in enumerate(("eager", "bcg", "bcg", "eager"), start=1)]
     for r in runs:
         bcg = "--enable-breakable-cuda-graph" in r["argv"]
         assert bcg == r["run_id"].split("__")[2].startswith("bcg")
         assert ("--bcg-text-buckets" in r["argv"]) == bcg
+        quality = r["run_id"].split("__")[2].split("-", 1)[1]
+        assert f"--quality={quality}" in r["argv"]
 
 
 @pytest.mark.engine
@@ -274,8 +276,3 @@ def test_dry_run_refusal_on_the_installed_engine_exits_3(installed, tmp_path):
     assert run.returncode == 3 and run.document["schema"] == "bench-plan.v1" and not run.document["ok"]
     assert run.document["refusals"][0]["code"] == "engine.flag_missing"
     assert "--component-residency" in run.document["refusals"][0]["message"]
-
-
-def test_a_real_run_is_not_wired_yet():
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--json")
-    assert run.returncode == 3 and run.document["error"]["code"] == "run.not_wired"
