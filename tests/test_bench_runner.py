@@ -150,3 +150,12 @@ def test_bcg_campaign_on_the_installed_engine_is_refused_before_anything_runs(tm
     assert run.returncode == 3 and run.document["error"]["code"] == "engine.flag_missing"
     assert "--enable-breakable-cuda-graph" in run.document["error"]["message"]
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+def test_a_foreign_gpu_process_at_a_cell_boundary_makes_the_cell_contended():
+    foreign = [{"gpu_uuid": "GPU-a", "pid": 4242, "used_memory_bytes": 1 << 30}]
+    assert bench_runner.with_contention("valid", [], [], foreign) == (
+        "contended", ["gpu.contended: foreign GPU process(es) [4242] at the cell boundaries"])
+    status, reasons = bench_runner.with_contention("invalid", ["artifacts.no_output: x"], foreign, [])
+    assert status == "invalid" and len(reasons) == 2  # the worse status stays, the sighting is still recorded
+    assert bench_runner.with_contention("valid", [], [], []) == ("valid", [])

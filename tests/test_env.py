@@ -200,3 +200,19 @@ def test_recorded_h200_inspect_document_still_validates():
     assert h200["name"] == "NVIDIA H200" and h200["memory_reserved_bytes"] > 600 << 20
     assert gpu.is_idle(env._as_gpu(h200))
     assert "gpu.no_idle" not in {p["code"] for p in doc["problems"]}
+
+
+def test_campaign_devices_lease_idle_gpus_or_the_callers_choice(tmp_path):
+    fake = FakeNvml([FakeDevice("GPU-a", used_mib=900), FakeDevice("GPU-b"), FakeDevice("GPU-c")])
+    inventory = gpu.read_inventory(fake)
+    with gpu.campaign_devices(2, "t", inventory, environ={}, lock_dir=tmp_path, nvml=fake) as (visible, uuids):
+        assert (visible, uuids) == ("1,2", ["GPU-b", "GPU-c"])
+        assert gpu.lease_holder("GPU-b", tmp_path)["label"] == "t"
+    assert gpu.lease_holder("GPU-b", tmp_path) is None  # released with the campaign
+    with gpu.campaign_devices(1, "t", inventory, environ={"CUDA_VISIBLE_DEVICES": "0"}, lock_dir=tmp_path) as chosen:
+        assert chosen == ("0", ["GPU-a"])  # the caller's choice wins, busy or not, and is leased too
+        assert gpu.lease_holder("GPU-a", tmp_path) is not None
+    with pytest.raises(contract.PreconditionError) as info:
+        with gpu.campaign_devices(1, "t", inventory, environ={"CUDA_VISIBLE_DEVICES": "7"}, lock_dir=tmp_path):
+            pass
+    assert info.value.code == "gpu.visible_devices"

@@ -122,6 +122,18 @@ def port_args_for(engine: EngineCapabilities) -> list[str]:
     return args if all(engine.accepts_flag(f) for f in args[::2]) else []
 
 
+def with_contention(status: str, reasons: Sequence[str], before: Sequence[Mapping[str, Any]],
+                    after: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """A cell next to a foreign GPU process does not count, however good its own evidence looks."""
+    reasons = list(reasons)
+    if before or after:
+        pids = sorted({p["pid"] for p in [*before, *after]})
+        reasons.append(f"gpu.contended: foreign GPU process(es) {pids} at the cell boundaries")
+        if status == "valid":
+            status = "contended"
+    return status, reasons
+
+
 def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy: Mapping[str, str]) -> str:
     """A shell command that reruns one cell; copied secrets appear as ``$NAME``, never as a value."""
     assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(env_set.items())]
@@ -315,11 +327,7 @@ class CampaignRunner:
         gates.update(log=verdict.to_json(), stop={"reason": run.stop_reason, "line": run.stop_line,
                                                    "after_s": run.stopped_after_s})
         gates["contention"].update(before=before, after=after)
-        status, reasons = judged.status, list(judged.reasons)
-        if (before or after) and status == "valid":
-            status = "contended"
-            reasons.append(f"gpu.contended: {len(before) + len(after)} foreign GPU process sighting(s) at the "
-                           "cell boundaries")
+        status, reasons = with_contention(judged.status, judged.reasons, before, after)
         cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
                     perf=judged.perf, outputs=list(judged.outputs), gates=gates)
 

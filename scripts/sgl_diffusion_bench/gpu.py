@@ -301,15 +301,15 @@ def foreign_processes(gpu_uuids: list[str], own_pids: set[int], nvml=None) -> li
 
 
 @contextlib.contextmanager
-def campaign_devices(count: int, label: str, inventory: Inventory,
-                     environ: dict[str, str] | None = None) -> Iterator[tuple[str, list[str]]]:
+def campaign_devices(count: int, label: str, inventory: Inventory, environ: dict[str, str] | None = None,
+                     lock_dir: Path = DEFAULT_LOCK_DIR, nvml=None) -> Iterator[tuple[str, list[str]]]:
     """Hold GPUs for a whole campaign: the caller's CUDA_VISIBLE_DEVICES if set (leased too), else idle ones.
 
     Yields the CUDA_VISIBLE_DEVICES value for the engine (NVML indices; runs set CUDA_DEVICE_ORDER=PCI_BUS_ID so
     CUDA numbers GPUs the same way) and the leased UUIDs (for the contention check)."""
     wanted = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "").strip()
     if not wanted:
-        with leased_gpus(count, label=label) as (gpus, _lease):
+        with leased_gpus(count, label=label, lock_dir=lock_dir, nvml=nvml) as (gpus, _lease):
             yield ",".join(str(g.index) for g in gpus), [g.uuid for g in gpus]
         return
     by_key = {**{str(g.index): g for g in inventory.gpus}, **{g.uuid: g for g in inventory.gpus}}
@@ -318,5 +318,5 @@ def campaign_devices(count: int, label: str, inventory: Inventory,
         raise contract.PreconditionError(
             "gpu.visible_devices", f"CUDA_VISIBLE_DEVICES={wanted} does not name {count} GPU(s) NVML knows",
             "unset it to let the benchmark pick idle GPUs, or list NVML indices/UUIDs")
-    with GpuLease([g.uuid for g in chosen], label=label):
+    with GpuLease([g.uuid for g in chosen], label=label, lock_dir=lock_dir):
         yield wanted, [g.uuid for g in chosen]
