@@ -196,6 +196,7 @@ class CampaignRunner:
         self.cleanup_entry: dict[str, Any] | None = None
         self.adapter: dict[str, Any] | None = None
         self._prepared: model_cache.PreparedCache | None = None
+        self.last_document: dict[str, Any] | None = None  # the report as last written (also after Ctrl-C)
 
     def _build(self, slot: campaign_mod.Slot, model_path: str | None,
                asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
@@ -384,4 +385,5 @@ class CampaignRunner:
         tmp = self.report_path.with_suffix(".tmp")
         tmp.write_text(contract.dumps(doc) + "\n", encoding="utf-8")
         tmp.replace(self.report_path)  # atomic: a reader never sees half a report
+        self.last_document = doc
         return doc

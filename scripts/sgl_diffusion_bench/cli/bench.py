@@ -8,7 +8,6 @@ artifacts) without running it.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -311,7 +310,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
             else:
                 docs.append(runner.run())
         except KeyboardInterrupt:
-            doc = json.loads(runner.report_path.read_text(encoding="utf-8"))
+            doc = runner.last_document or runner.write_report()
             return _runner.Result(doc, render_report_text(doc) + "\ninterrupted: the partial report above is valid",
                                   exit_code=int(contract.ExitCode.INTERRUPTED))
     if len(docs) == 1:
