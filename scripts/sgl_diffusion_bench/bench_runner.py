@@ -190,9 +190,8 @@ class CampaignRunner:
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
         self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations)]
-        self.warnings: list[dict[str, str]] = []
-        for inv in self.invocations[:1]:
-            self.warnings += [{"code": c, "message": m} for c, m in inv.warnings]
+        unique = dict.fromkeys((c, m) for inv in self.invocations for c, m in inv.warnings)
+        self.warnings: list[dict[str, str]] = [{"code": c, "message": m} for c, m in unique]
         self.cleanup_entry: dict[str, Any] | None = None
         self.adapter: dict[str, Any] | None = None
         self._prepared: model_cache.PreparedCache | None = None
@@ -201,10 +200,9 @@ class CampaignRunner:
     def _build(self, slot: campaign_mod.Slot, model_path: str | None,
                asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
         arm = self.plan.arms[slot.arm]
-        position = ["A1", "B1", "B2", "A2"].index(slot.position) + 1 if slot.position else None
         options = command_builder.RunOptions(
             label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,
-            position=position, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
+            position=slot.position_number, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
             extra_args=(*self.settings.extra_args, *arm.extra_args, *port_args_for(self.engine)))

@@ -46,6 +46,11 @@ class Slot:
     round: int | None
     position: str | None
 
+    @property
+    def position_number(self) -> int | None:
+        """1-based place in the round (A1 B1 B2 A2 -> 1 2 3 4), for file names."""
+        return [p for _, p in ABBA_POSITIONS].index(self.position) + 1 if self.position else None
+
 
 @dataclasses.dataclass(frozen=True)
 class Campaign:
