@@ -183,6 +183,7 @@ class CampaignRunner:
         self.environment = environment
         self.caller_env = dict(os.environ if caller_env is None else caller_env)
         self.cuda_visible_devices = cuda_visible_devices
+        self.leased_gpu_uuids: list[str] = []  # set by the caller that holds the campaign's GPU lease
         self.use_cpu_adapter = use_cpu_adapter
         self.foreign_check = foreign_check
         self.markers = log_gates.markers_for_version(engine.version)
@@ -368,6 +369,8 @@ class CampaignRunner:
                       "order": self.plan.to_json()["order"]},
             engine=engine, environment=self.environment,
             plan={"output_dir": str(self.settings.output_root), "report_path": str(self.report_path),
+                  "gpus": {"cuda_visible_devices": self.cuda_visible_devices, "leased_uuids": self.leased_gpu_uuids,
+                           "contention_checked": self.foreign_check is not None},
                   "reproduce": reproduce, "invocations": [inv.to_json() for inv in self.invocations]},
             cells=self.cells, summary=summary, warnings=self.warnings)
         if self.cleanup_entry is not None:

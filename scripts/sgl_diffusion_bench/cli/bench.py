@@ -304,7 +304,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
         try:
             if preset.num_gpus > 0:
                 with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}", inventory) as (visible, uuids):
-                    runner.cuda_visible_devices = visible
+                    runner.cuda_visible_devices, runner.leased_gpu_uuids = visible, uuids
                     runner.foreign_check = lambda u=uuids: gpu.foreign_processes(u, own_pids=set())
                     docs.append(runner.run())
             else:
