@@ -16,12 +16,12 @@ NIGHTLY_ORDER = ["flux", "flux2", "qwen", "qwen-edit", "zimage", "wan-t2v", "wan
 
 def test_catalog_holds_the_reference_presets_in_order_then_ours():
     catalog = presets.load_presets()
-    assert len(catalog) == 79
+    assert len(catalog) == 80
     names = [p.name for p in catalog]
     assert names[:13] == [*NIGHTLY_ORDER[:10], "cosmos3-super-t2v-cfg2tp2", *NIGHTLY_ORDER[10:]]
     assert names[13] == "fasth3-t2va-vsa" and names[77] == "hunyuan3d-shape" and names[78] == "tiny-flux-cpu"
     assert [p.name for p in catalog if p.nightly_case_id] == NIGHTLY_ORDER
-    assert [p.position for p in catalog] == list(range(1, 80))
+    assert [p.position for p in catalog] == list(range(1, 81))
 
 
 def test_facts_from_the_reference_table():
@@ -108,7 +108,7 @@ def test_filters():
 def test_render_preset_table_lists_every_preset():
     table = presets.render_preset_table()
     lines = table.strip().splitlines()
-    assert len(lines) == 2 + 79
+    assert len(lines) == 2 + 80
     for p in presets.load_presets():
         assert f"| {p.position} | `{p.name}` |" in table
     assert "no: unknown prompt" in table
@@ -118,7 +118,7 @@ def test_list_models_cli_filters_and_validates():
     run = run_script("bench_diffusion_denoise", "--list-models", "--tag", "nightly", "--max-gpus", "2", "--json")
     assert run.returncode == 0
     doc = run.document
-    assert doc["schema"] == "preset-list.v1" and doc["total"] == 79
+    assert doc["schema"] == "preset-list.v1" and doc["total"] == 80
     assert [p["name"] for p in doc["presets"]] == [n for n in NIGHTLY_ORDER if presets.get_preset(n).num_gpus <= 2]
     run = run_script("bench_diffusion_denoise", "--list-models", "--task", "t2va", "--json")
     assert [p["name"] for p in run.document["presets"]] == ["minimax-h3-t2va", "fasth3-t2va-vsa"]
