@@ -59,6 +59,8 @@ def test_every_cell_is_valid_with_device_memory_and_checked_contention():
         assert cell["gates"]["contention"] == {"checked": True, "before": [], "after": []}
         assert cell["gates"]["log"]["valid"] and cell["gates"]["log"]["native_evidence"]
     assert {inv["num_gpus"] for inv in doc["plan"]["invocations"]} == {1}
+    leased = doc["environment"]["gpus"][0]["uuid"]  # the campaign's GPU lease named the one H200
+    assert doc["plan"]["gpus"] == {"cuda_visible_devices": "0", "leased_uuids": [leased], "contention_checked": True}
     log = (H200 / "cell-a-r01p01.engine.log").read_text(encoding="utf-8")  # the preset's flags reached the engine
     for setting in ('"num_gpus": 1', '"dit_cpu_offload": false', '"text_encoder_cpu_offload": false'):
         assert setting in log
