@@ -159,3 +159,17 @@ def test_a_foreign_gpu_process_at_a_cell_boundary_makes_the_cell_contended():
     status, reasons = bench_runner.with_contention("invalid", ["artifacts.no_output: x"], foreign, [])
     assert status == "invalid" and len(reasons) == 2  # the worse status stays, the sighting is still recorded
     assert bench_runner.with_contention("valid", [], [], []) == ("valid", [])
+
+
+def test_the_report_schema_types_gates_and_gpus():
+    import copy
+    import json
+
+    doc = json.loads((TEST_FIXTURES / "gpu-h200-0.5.10" / "bench-report.json").read_text())
+    assert contract.validation_errors(doc) == []
+    broken = copy.deepcopy(doc)
+    del broken["cells"][0]["gates"]["log"]["valid"]
+    assert contract.validation_errors(broken)
+    broken = copy.deepcopy(doc)
+    broken["plan"]["gpus"]["leased_uuids"] = None
+    assert contract.validation_errors(broken)
