@@ -104,7 +104,7 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
     if not outputs:
         reasons.append("artifacts.no_output: the run saved no output file")
     status = "failed" if failed else ("invalid" if reasons else "valid")
-    return RequestJudgement(status, tuple(reasons), perf if status == "valid" or perf else None, outputs)
+    return RequestJudgement(status, tuple(reasons), perf, outputs)
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:

@@ -16,7 +16,7 @@ from .. import (assets, bench_runner, campaign, command_builder, contract, engin
                presets, selftest)
 from . import _runner
 
-TOOL = "bench_diffusion_denoise"
+TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
 DEFAULT_PRESET = "flux"  # the reference's default when neither --model nor --all is given
 MATRIX_QUALITIES = command_builder.BENCHMARK_QUALITY_LEVELS
 MATRIX_MODES = ("eager-{q}-a", "bcg-{q}-a", "bcg-{q}-b", "eager-{q}-b")  # ABBA within each quality
