@@ -13,6 +13,11 @@ Stages come from what the trace carries:
 - ``python_frames``: traces written by ``sglang generate --profile`` have no stage annotations, only stack frames;
   the outermost frame of a module under ``.../pipelines_core/stages/<module>.py`` on the launching thread names the
   stage (``denoising`` -> ``DenoisingStage``), and ``ProfilerStep#N`` ranges name the steps.
+
+Steps come from ``denoising_step_N`` annotations, else ``ProfilerStep#N`` ranges, else (``step_frames``) the Python
+frames of the denoise loop's per-step method ``_run_denoising_step``: sglang 0.5.23 traces carry only
+``STAGE <id>`` ranges and no step range at all, but every loop iteration runs that method once (model-specific stages
+override it under the same name), so its outermost frames, numbered in time order, are the steps.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ STAGE_ANNOTATION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A Python frame of a pipeline stage module, as torch.profiler names it: "<path>/stages/denoising.py(1123): forward".
 STAGE_FRAME = re.compile(r"/stages/([a-z][a-z0-9_]*)\.py\(\d+\): ")
 NON_STAGE_MODULES = frozenset({"base", "validators", "utils"})
+# The denoise loop's per-step method, as a Python frame: "<path>/stages/denoising.py(1612): _run_denoising_step".
+STEP_FRAME_SUFFIX = ": _run_denoising_step"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +93,7 @@ class Trace:
     stages: tuple[Stage, ...]
     stage_source: str  # "annotations" | "python_frames" | "none"
     steps: tuple[Step, ...]
-    step_source: str  # "step_annotations" | "profiler_steps" | "none"
+    step_source: str  # "step_annotations" | "profiler_steps" | "step_frames" | "none"
     device_call: list[int]  # per device op: index into ``calls`` of its launch, -1 when the launch is not in the trace
     call_stage: list[int]  # per call: index into ``stages``, -1 outside every stage
     call_step: list[int]  # per call: index into ``steps``, -1 outside every step
@@ -115,7 +122,7 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
     names: list[str] = []
     name_ids: dict[str, int] = {}
     thread_ids: dict[tuple, int] = {}
-    device, calls, annotations, cpu_ops, frames = (_new_events() for _ in range(5))
+    device, calls, annotations, cpu_ops, frames, step_frames = (_new_events() for _ in range(6))
     device_kinds, call_kinds = DEVICE_KINDS, CALL_KINDS
     op_names, op_ts, op_dur = cpu_ops.name, cpu_ops.ts, cpu_ops.dur
 
@@ -158,12 +165,14 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
             match = STAGE_FRAME.search(e.name)
             if match and match.group(1) not in NON_STAGE_MODULES:
                 add(frames, e, 0, -1, stage_name_for_module(match.group(1)))
+            if e.name.endswith(STEP_FRAME_SUFFIX):
+                add(step_frames, e, 0, -1)
 
     by_correlation = {c: i for i, c in enumerate(calls.correlation) if c >= 0}
     device_call = [by_correlation.get(c, -1) for c in device.correlation]
 
     stages, stage_source, stage_ranges, per_thread = _stages(names, annotations, frames)
-    steps, step_source = _steps(names, annotations)
+    steps, step_source = _steps(names, annotations, step_frames)
     call_stage = _assign(calls, stage_ranges, per_thread)
     step_ranges = [(s.start, s.end, i) for i, s in enumerate(steps)]
     call_step = _assign(calls, {None: _outermost(step_ranges)}, per_thread=False)
@@ -212,7 +221,7 @@ def _stages(names: list[str], annotations: Events, frames: Events):
     return stages, source, ranges, per_thread
 
 
-def _steps(names: list[str], annotations: Events) -> tuple[tuple[Step, ...], str]:
+def _steps(names: list[str], annotations: Events, step_frames: Events) -> tuple[tuple[Step, ...], str]:
     for pattern, source in ((STEP_ANNOTATION, "step_annotations"), (PROFILER_STEP, "profiler_steps")):
         found = []
         for i, n in enumerate(annotations.name):
@@ -222,6 +231,14 @@ def _steps(names: list[str], annotations: Events) -> tuple[tuple[Step, ...], str
                 found.append(Step(int(match.group(1)), names[n], start, start + annotations.dur[i]))
         if found:
             return tuple(sorted(found, key=lambda s: (s.start, s.number))), source
+    if len(step_frames):
+        # An override that calls super() nests a second frame of the same name: keep the outermost per thread.
+        grouped: dict[int, list[tuple[float, float, int]]] = {}
+        for i, (ts, dur, thread) in enumerate(zip(step_frames.ts, step_frames.dur, step_frames.thread)):
+            grouped.setdefault(thread, []).append((ts, ts + dur, i))
+        kept = sorted((r for ranges in grouped.values() for r in _outermost(ranges)), key=lambda r: r[0])
+        return tuple(Step(n, f"denoising_step_{n}", start, end) for n, (start, end, _) in enumerate(kept)), \
+            "step_frames"
     return (), "none"
 
 

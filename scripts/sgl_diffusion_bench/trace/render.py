@@ -6,8 +6,10 @@ from __future__ import annotations
 def _fmt(value) -> str:
     if value is None:
         return "n/a"
-    if isinstance(value, float):
+    if isinstance(value, float) and not value.is_integer():
         return f"{value:,.3f}"
+    if isinstance(value, float):  # a per-step mean of counts that divides evenly reads as a count
+        return f"{int(value):,}"
     return f"{value:,}"
 
 

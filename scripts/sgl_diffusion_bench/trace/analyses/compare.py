@@ -15,6 +15,8 @@ METRICS = (
     ("host_kernel_launches", "Host per-kernel launches, CUDA runtime + driver", "count"),
     ("graph_launches", "cudaGraphLaunch calls", "count"),
     ("captured_segments_per_step", "Captured segments per step", "count"),
+    ("host_kernel_launches_per_step", "Host per-kernel launches per denoise step", "count"),
+    ("gpu_busy_ms_per_step", "GPU busy time per denoise step (ms)", "ms"),
     ("gpu_kernel_time_ms", "Cumulative GPU kernel time (ms)", "ms"),
     ("gpu_busy_ms", "GPU busy time, kernel intervals unioned (ms)", "ms"),
     ("cpu_stage_ms", "Profiled CPU stage duration (ms)", "ms"),
@@ -34,13 +36,16 @@ def scope_figures(trace: Trace, use_denoise: bool) -> dict:
         cpu_intervals = trace.stages[stage].intervals
     else:
         cpu_intervals = tuple(iv for s in trace.stages for iv in s.intervals)
-    steps = (analyze_stages(trace)["denoise"] or {}).get("steps", 0)
+    denoise = analyze_stages(trace)["denoise"] or {}
+    steps, per_step = denoise.get("steps", 0), denoise.get("per_step")
     graph = sum(is_graph[c] for c in calls)
     figures = {
         "gpu_kernels": len(rows),
         "host_kernel_launches": sum(is_launch[c] for c in calls),
         "graph_launches": graph,
         "captured_segments_per_step": round(graph / steps, 3) if steps else None,
+        "host_kernel_launches_per_step": per_step["host_launches"] if per_step and stage >= 0 else None,
+        "gpu_busy_ms_per_step": round(per_step["gpu_us"] / 1000, 3) if per_step and stage >= 0 else None,
         "gpu_kernel_time_ms": round(sum(dev.dur[i] for i in rows) / 1000, 3),
         "gpu_busy_ms": round(sum(e - s for s, e in union_intervals(intervals)) / 1000, 3),
         "cpu_stage_ms": round(sum(e - s for s, e in union_intervals(cpu_intervals)) / 1000, 3) if cpu_intervals else None,
