@@ -3,7 +3,8 @@
 A cell counts only when: the engine stayed on the native backend (the first diffusers-fallback line stops it at
 once), the log shows no failure (the engine exits 0 when generation fails), BCG cells show a capture and no
 invalidating marker, the perf dump parses strictly, at least one output file exists (sha256 recorded), and no
-foreign process used the leased GPUs at the cell's boundaries. Judging works on one request's evidence
+foreign process used the leased GPUs at the cell's boundaries. Its output bytes must equal its comparator's at a
+quality level that promises the same bytes (validity.py); a cell that does not count carries no numbers. Judging works on one request's evidence
 (``judge_request``), not on a process, so a warm-engine mode can reuse it unchanged.
 
 The report (bench-report.v1) is written after every cell, so Ctrl-C or a crash leaves a valid partial report.
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, log_gates, model_cache,
-               perf_dump, quality, report, stats)
+               perf_dump, report, stats, validity)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
 from .presets import Preset
@@ -104,7 +105,8 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
     if not outputs:
         reasons.append("artifacts.no_output: the run saved no output file")
     status = "failed" if failed else ("invalid" if reasons else "valid")
-    return RequestJudgement(status, tuple(reasons), perf, outputs)
+    # a request that does not count carries no numbers; its dump stays on disk at perf_dump_path for debugging
+    return RequestJudgement(status, tuple(reasons), perf if status == "valid" else None, outputs)
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
@@ -247,7 +249,7 @@ class CampaignRunner:
                     finally:
                         self.write_report()
                     progress.done(cell)
-                exit_reason = "success" if all(c["status"] == "valid" for c in self.cells) else "error"
+                exit_reason = validity.exit_reason(self.cells)
         except KeyboardInterrupt:
             self._finish("interrupted")
             raise
@@ -330,18 +332,22 @@ class CampaignRunner:
         status, reasons = with_contention(judged.status, judged.reasons, before, after)
         cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
                     perf=judged.perf, outputs=list(judged.outputs), gates=gates)
+        validity.strip_numbers(cell)
 
     # -- reporting -----------------------------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
         arms = self.plan.arms
+        baseline = self.plan.baseline_arm or next(iter(arms))
+        # outputs first: a cell whose bytes break its level's contract is invalid before any statistic is taken
+        output_quality = validity.apply_output_checks(self.cells, {n: a.to_json() for n, a in arms.items()},
+                                                      baseline, self.engine.quality_values)
         summary = stats.summarize(self.cells, list(arms), self.plan.baseline_arm, self.plan.candidate_arm,
                                   discard_outliers=self.settings.discard_outliers,
                                   threshold_pct=self.settings.threshold_pct,
                                   primary_metric=self.settings.primary_metric)
-        baseline = self.plan.baseline_arm or next(iter(arms))
-        summary["output_quality"] = quality.output_quality(self.cells, {n: a.to_json() for n, a in arms.items()},
-                                                           baseline)
+        summary["output_quality"] = output_quality
+        validity.apply_to_comparison(summary["comparison"], output_quality)
         return summary
 
     def report(self) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Output comparison: byte identity for lossless arms, SSIM/PSNR against the reference for lossy ones.
 
-Lossless means the same bytes: every used cell of every lossless arm must hash the same. Other quality levels are
-scored against the reference output (the baseline arm's first used cell, eager and lossless in a normal campaign)
-with scikit-image SSIM and PSNR; videos frame by frame (decoded with PyAV, which the engine stack installs).
+A level that promises the same bytes (what each release promises is QUALITY_MODELS: 0.5.23's "exact" and
+"lossless" with its alias "extra-high", older mains' "lossless") means the same bytes: every used cell of the arms
+at that level must hash like the comparator, the first such cell in run order. Lossy levels are scored against the
+reference output (the baseline arm's first used cell) with scikit-image SSIM and PSNR; videos frame by frame
+(decoded with PyAV, which the engine stack installs), every frame gated.
 PSNR of identical inputs is infinite: JSON carries ``psnr_db: null`` with ``psnr_infinite: true``.
 """
 
@@ -19,7 +21,6 @@ from . import contract
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov", ".avi", ".gif")
-LOSSLESS = "lossless"
 HASH_CHUNK = 1 << 20
 
 
@@ -115,7 +116,8 @@ def _psnr_json(psnr: float) -> dict[str, Any]:
 
 def compare_media(reference: str | Path, test: str | Path, thresholds: Mapping[str, Thresholds] | None = None
                   ) -> dict[str, Any]:
-    """SSIM (mean over frames) and PSNR (from the MSE pooled over frames), the worst frame by SSIM, pass/fail."""
+    """SSIM (mean over frames) and PSNR (from the MSE pooled over frames), the worst frame by SSIM, pass/fail.
+    Every frame is gated, not only the mean: one broken frame of a video fails the output."""
     kind = media_kind(reference)
     if media_kind(test) != kind:
         raise QualityError(f"{reference} is an {kind} but {test} is not")
@@ -136,7 +138,8 @@ def compare_media(reference: str | Path, test: str | Path, thresholds: Mapping[s
     ssim = float(np.mean(ssims))
     return {"path": str(test), "media": kind, "frames": len(ssims), "ssim": ssim, **_psnr_json(psnr),
             "worst_frame": {"index": worst, "ssim": ssims[worst], **_psnr_json(psnr_from_mse(mses[worst]))},
-            "passed": ssim >= limits.ssim_min and psnr >= limits.psnr_min_db}
+            "passed": (ssim >= limits.ssim_min and psnr >= limits.psnr_min_db and ssims[worst] >= limits.ssim_min
+                       and min(psnr_from_mse(m) for m in mses) >= limits.psnr_min_db)}
 
 
 def _zip_frames(reference: str | Path, test: str | Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -152,14 +155,63 @@ def _zip_frames(reference: str | Path, test: str | Path) -> Iterator[tuple[np.nd
         yield a, b
 
 
-def byte_identity(cells: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> dict[str, Any]:
-    """Group the used cells of ``arms`` by their output hashes; lossless passes only with one group."""
+# What each quality level promises, per engine release (sglang's sampling_params QUALITY_LEVELS/QUALITY_ALIASES).
+# A release is recognised by the levels it accepts; "bit-exact" and "same-math" levels run the same kernels in
+# eager and BCG arms, so their outputs must be the same bytes; "lossy" levels are scored by SSIM/PSNR.
+BIT_EXACT, SAME_MATH, LOSSY = "bit-exact", "same-math", "lossy"
+IDENTITY_SEMANTICS = (BIT_EXACT, SAME_MATH)
+QUALITY_MODELS = (
+    # 0.5.23: "exact" keeps eager numerics; "lossless" is the same math (rounding order may move); the pre-rename
+    # "extra-high" is an alias of "lossless"
+    {"recognised_by": "exact", "semantics": {"exact": BIT_EXACT, "lossless": SAME_MATH, "high": LOSSY},
+     "aliases": {"extra-high": "lossless"}},
+    # main before the rename: "lossless" is the bit-exact default, "extra-high" and "high" change numerics
+    {"recognised_by": None, "semantics": {"lossless": BIT_EXACT, "extra-high": LOSSY, "high": LOSSY},
+     "aliases": {}},
+)
+IDENTITY_REASON = "output.differs"
+QUALITY_REASON = "output.below_quality"
+
+
+def _quality_model(engine_levels: Sequence[str] | None) -> Mapping[str, Any]:
+    levels = set(engine_levels or ())
+    return next(m for m in QUALITY_MODELS if m["recognised_by"] is None or m["recognised_by"] in levels)
+
+
+def canonical_level(level: str | None, engine_levels: Sequence[str] | None = None) -> str:
+    """The level a request really runs at: an alias resolved; None (no --quality: eager default) as bit-exact."""
+    model = _quality_model(engine_levels)
+    if level is None:
+        return next(name for name, sem in model["semantics"].items() if sem == BIT_EXACT)
+    return model["aliases"].get(level, level)
+
+
+def level_semantics(level: str | None, engine_levels: Sequence[str] | None = None) -> str:
+    """bit-exact, same-math or lossy; an unknown level is lossy (scored, never assumed identical)."""
+    return _quality_model(engine_levels)["semantics"].get(canonical_level(level, engine_levels), LOSSY)
+
+
+def _hashes(cell: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(o["sha256"] for o in cell.get("outputs", []))
+
+
+def _judged(cell: Mapping[str, Any]) -> bool:
+    """A valid cell, or one this module already made invalid for its bytes (it stays in the identity check)."""
+    return cell.get("status") == "valid" or any(r.startswith(IDENTITY_REASON) for r in cell.get("reasons", []))
+
+
+def byte_identity(cells: Sequence[Mapping[str, Any]], arms: Sequence[str], level: str | None = None
+                  ) -> dict[str, Any]:
+    """Group the used cells of ``arms`` by their output hashes; passes only with one group. The comparator is the
+    first such cell in run order (the baseline arm's first cell in an A/B/B/A campaign); every cell whose bytes
+    differ from it is a mismatch naming both hashes."""
     groups: dict[tuple[str, ...], dict[str, Any]] = {}
-    without = []
-    for cell in cells:
-        if cell["arm"] not in arms or cell.get("status") != "valid":
+    without, mismatches = [], []
+    comparator: dict[str, Any] | None = None
+    for cell in sorted(cells, key=lambda c: c["index"]):
+        if cell["arm"] not in arms or not _judged(cell):
             continue
-        hashes = tuple(o["sha256"] for o in cell.get("outputs", []))
+        hashes = _hashes(cell)
         if not hashes:
             without.append(cell["index"])
             continue
@@ -167,9 +219,47 @@ def byte_identity(cells: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> di
         group["cells"].append(cell["index"])
         if cell["arm"] not in group["arms"]:
             group["arms"].append(cell["arm"])
+        if comparator is None:
+            comparator = {"cell": cell["index"], "arm": cell["arm"], "sha256s": list(hashes)}
+        elif list(hashes) != comparator["sha256s"]:
+            mismatches.append({"cell": cell["index"], "arm": cell["arm"], "sha256s": list(hashes)})
     identical = len(groups) == 1 and not without
-    return {"kind": "byte_identity", "arms": list(arms), "identical": identical, "groups": list(groups.values()),
+    return {"kind": "byte_identity", "level": level, "arms": list(arms), "identical": identical,
+            "comparator": comparator, "mismatches": mismatches, "groups": list(groups.values()),
             "cells_without_outputs": without, "passed": identical}
+
+
+def identity_reason(check: Mapping[str, Any], mismatch: Mapping[str, Any]) -> str:
+    comp = check["comparator"]
+    level = f" at quality {check['level']}" if check.get("level") else ""
+    return (f"{IDENTITY_REASON}: output sha256 {', '.join(mismatch['sha256s'])} differs from comparator cell "
+            f"{comp['cell']} ({comp['arm']}) sha256 {', '.join(comp['sha256s'])}{level}: the same-bytes contract "
+            f"is broken, so this cell's time is not evidence of a speedup")
+
+
+def invalidations(output_quality_doc: Mapping[str, Any] | None) -> dict[int, str]:
+    """Cell index -> the reason it cannot count: bytes differing from the comparator at an identity level, or a
+    lossy output (any frame) below the thresholds."""
+    found: dict[int, str] = {}
+    for check in (output_quality_doc or {}).get("checks", []):
+        if check["kind"] == "byte_identity":
+            for mismatch in check["mismatches"]:
+                found.setdefault(mismatch["cell"], identity_reason(check, mismatch))
+        else:
+            for r in check["results"]:
+                if not r["passed"] and r["cell"] is not None:
+                    w = r["worst_frame"]
+                    found.setdefault(r["cell"], f"{QUALITY_REASON}: SSIM {r['ssim']:.4f}, worst frame {w['index']} "
+                                     f"SSIM {w['ssim']:.4f} against thresholds SSIM >= "
+                                     f"{check['thresholds']['ssim_min']} and PSNR >= "
+                                     f"{check['thresholds']['psnr_min_db']} dB (quality {check['quality']})")
+    return found
+
+
+def outputs_differ(output_quality_doc: Mapping[str, Any] | None) -> bool:
+    """True when an identity level's outputs are not the same bytes: no timing of that campaign is a speedup."""
+    return any(c["kind"] == "byte_identity" and (c["mismatches"] or not c["passed"])
+               for c in (output_quality_doc or {}).get("checks", []))
 
 
 def similarity(cells: Sequence[Mapping[str, Any]], arm: str, quality: str | None, reference: Mapping[str, Any],
@@ -179,7 +269,8 @@ def similarity(cells: Sequence[Mapping[str, Any]], arm: str, quality: str | None
     limits = thresholds or DEFAULT_THRESHOLDS
     results, errors = [], []
     for cell in cells:
-        if cell["arm"] != arm or cell.get("status") != "valid":
+        if cell["arm"] != arm or not (cell.get("status") == "valid" or any(
+                r.startswith(QUALITY_REASON) for r in cell.get("reasons", []))):
             continue
         if ref_path is None or not cell.get("outputs"):
             errors.append(f"cell {cell['index']}: no output to compare")
@@ -198,23 +289,27 @@ def similarity(cells: Sequence[Mapping[str, Any]], arm: str, quality: str | None
 
 
 def output_quality(cells: Sequence[Mapping[str, Any]], arms: Mapping[str, Mapping[str, Any]], baseline: str,
-                   thresholds: Mapping[str, Thresholds] | None = None) -> dict[str, Any] | None:
-    """bench-report.v1 ``summary.output_quality``: byte identity across the lossless arms (an arm without a
-    quality is taken as lossless: the engine's default), SSIM/PSNR of each lossy arm against the baseline's
-    first used cell. None when no cell has outputs."""
+                   thresholds: Mapping[str, Thresholds] | None = None,
+                   engine_levels: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """bench-report.v1 ``summary.output_quality``: byte identity within each identity level (arms grouped by the
+    level they really run at, aliases resolved; ``engine_levels`` tells which release's promises apply), SSIM/PSNR
+    of each lossy arm against the baseline's first used cell. None when no cell has outputs."""
     if not any(c.get("outputs") for c in cells):
         return None
     ordered = sorted(arms, key=lambda a: (a != baseline, a))  # baseline first: stable whatever the dict order
-    lossless = [a for a in ordered if (arms[a].get("quality") or LOSSLESS) == LOSSLESS]
-    checks = []
-    if lossless:
-        checks.append(byte_identity(cells, lossless))
-    reference = next((c for c in cells if c["arm"] == baseline and c.get("status") == "valid"
-                      and c.get("outputs")), None)
+    by_level: dict[str, list[str]] = {}
+    lossy = []
     for arm in ordered:
+        level = arms[arm].get("quality")
+        if level_semantics(level, engine_levels) in IDENTITY_SEMANTICS:
+            by_level.setdefault(canonical_level(level, engine_levels), []).append(arm)
+        else:
+            lossy.append(arm)
+    checks = [byte_identity(cells, group, level) for level, group in by_level.items()]
+    reference = next((c for c in sorted(cells, key=lambda c: c["index"]) if c["arm"] == baseline and _judged(c)
+                      and c.get("outputs")), None)
+    for arm in lossy:
         spec = arms[arm]
-        if arm in lossless:
-            continue
         if reference is None:
             checks.append({"kind": "similarity", "arm": arm, "quality": spec.get("quality"),
                            "reference": {"cell": None, "arm": baseline, "path": ""},

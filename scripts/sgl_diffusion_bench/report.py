@@ -96,7 +96,7 @@ def _run_order_table(cells, arms) -> list[str]:
     table = ["| " + " | ".join(header) + " |",
              "|---|" + "---:|" * (2 * len(arms)) + ("---|" if show_status else "")]
     for cell in cells:
-        perf = cell.get("perf") or {}
+        perf = (cell.get("perf") if cell["status"] == "valid" else None) or {}  # a cell that does not count shows no figure
         values = [_s(perf.get(key)) if cell["arm"] == a else "" for key in ("e2e_ms", "denoise_ms") for a in arms]
         if show_status:
             values.append(cell["status"] + (f": {'; '.join(cell['reasons'])}" if cell["reasons"] else ""))
@@ -114,6 +114,8 @@ def _run_order_table(cells, arms) -> list[str]:
 def _changes(comparison) -> list[str]:
     if comparison is None:
         return []
+    if comparison["verdict"] == "outputs-differ":  # no mean or per-round change may be read as a speedup
+        return [f"**Outputs differ: no performance verdict.** {comparison['metrics'][comparison['primary_metric']]['reason']}."]
     lines, means = [], []
     for key, label in (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")):
         m = comparison["metrics"][key]

@@ -22,7 +22,7 @@ MAX_CV_PCT = 10.0  # pyperf's instability line: a spread this wide drowns any ch
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut for the modified z-score
 MAD_FLOOR_FRACTION = 0.001  # spreads under 0.1 % of the median are timer noise, not a scale to divide by
 METRICS = ("e2e_ms", "denoise_ms")
-VERDICTS = ("improved", "regressed", "no-significant-change", "insufficient-data")
+VERDICTS = ("improved", "regressed", "no-significant-change", "insufficient-data")  # + validity.OUTPUTS_DIFFER
 BOOTSTRAP_METHOD = ("percentile bootstrap of the relative change of means; cells resampled with replacement "
                     "within each arm (and within each round when the cells have rounds)")
 
