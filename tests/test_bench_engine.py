@@ -105,7 +105,7 @@ def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path):
     assert doc["cleanup"]["exit_reason"] == "interrupted" and doc["cleanup"]["residual"]["clean"]
     assert not Path(doc["cleanup"]["cache_dir"]).exists()
     ledger = [json.loads(line) for line in (tmp_path / "cleanup.jsonl").read_text().splitlines()]
-    assert [e["exit_reason"] for e in ledger] == ["interrupted"]
+    assert [(e["phase"], e["exit_reason"]) for e in ledger] == [("started", "interrupted"), ("finished", "interrupted")]
     # No engine process of this campaign is left behind.
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == []

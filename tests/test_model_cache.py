@@ -143,16 +143,17 @@ def test_interrupted_cleanup_is_recorded_then_rerun_finishes(tmp_path, seed):
     simulate_run(prepared)
     calls = []
 
-    def interrupt_midway(path: Path, kind: str) -> None:
+    def interrupt_midway(dir_fd: int, name: str, kind: str, path: Path) -> None:
         calls.append(path)
         if len(calls) == 6:
             raise KeyboardInterrupt
-        model_cache.remove_entry(path, kind)
+        model_cache.remove_entry(dir_fd, name, kind, path)
 
     ledger = tmp_path / "l.jsonl"
     with pytest.raises(KeyboardInterrupt):
         model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "interrupted", ledger, remove=interrupt_midway)
-    first = json.loads(ledger.read_text().splitlines()[0])
+    started, first = (json.loads(line) for line in ledger.read_text().splitlines())
+    assert started["phase"] == "started" and started["cleanup_id"] == first["cleanup_id"] and not started["ok"]
     assert first["deletion"]["interrupted"] and not first["ok"] and first["residual"]["child_present"]
     assert first["deletion"]["removed_count"] == 5
     assert content_hash(seed) == before
@@ -163,20 +164,39 @@ def test_interrupted_cleanup_is_recorded_then_rerun_finishes(tmp_path, seed):
     assert verified["residue_count"] == 0 and verified["recorded_failures"] == 1
 
 
-def test_interrupted_after_manifest_removed_can_still_be_cleaned(tmp_path):
+def test_the_manifest_goes_last_so_a_stopped_cleanup_can_be_resumed(tmp_path):
     prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
-    order = [e.path for e in model_cache.plan_cleanup(tmp_path / "root", prepared.child).removal_order()]
-    stop_at = order.index(prepared.manifest_path) + 2  # manifest gone, some directories still there
+    (prepared.child / "torch" / "stuck").mkdir()
+    (prepared.child / "torch" / "stuck" / "weights.bin").write_bytes(b"w")
+    removed = []
 
-    def interrupt(path: Path, kind: str) -> None:
-        if order.index(path) == stop_at:
-            raise KeyboardInterrupt
-        model_cache.remove_entry(path, kind)
+    def undeletable(dir_fd: int, name: str, kind: str, path: Path) -> None:
+        if name == "weights.bin":
+            raise PermissionError(13, "Permission denied")
+        removed.append(path)
+        model_cache.remove_entry(dir_fd, name, kind, path)
 
-    with pytest.raises(KeyboardInterrupt):
-        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l", remove=interrupt)
-    assert prepared.child.is_dir() and not prepared.manifest_path.exists()
-    assert model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l")["ok"]
+    entry = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l",
+                                            remove=undeletable)
+    assert not entry["ok"] and prepared.manifest_path.is_file()  # kept: the child is still recognisably ours
+    assert prepared.manifest_path not in removed and any("PermissionError" in f["error"]
+                                                         for f in entry["deletion"]["failures"])
+    resumed = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "l")
+    assert resumed["ok"] and not prepared.child.exists()
+    assert resumed["residual"]["deletions_outside_child"] == [] and resumed["residual"]["deletion_directories_checked"]
+
+
+def test_an_unwritable_ledger_refuses_before_deleting(tmp_path):
+    prepared = model_cache.prepare_child_cache(tmp_path / "root", "m", "l")
+    (tmp_path / "ledger-is-a-dir").mkdir()
+    for ledger in (tmp_path / "ledger-is-a-dir", tmp_path / "ledger-is-a-dir"):
+        with pytest.raises(contract.PreconditionError) as info:
+            model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", ledger)
+        assert info.value.code == "cache.ledger_unwritable"
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(contract.PreconditionError):
+        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "error", tmp_path / "fifo")
+    assert prepared.manifest_path.is_file() and (prepared.child / "torch").is_dir()
 
 
 def test_residual_comes_from_the_rescan_not_the_deletion(tmp_path, seed):
@@ -184,19 +204,20 @@ def test_residual_comes_from_the_rescan_not_the_deletion(tmp_path, seed):
     simulate_run(prepared)
     kept = Path(prepared.env["HF_HUB_CACHE"]) / "models--org--flux-tiny" / "blobs" / "newblob"
 
-    def skip_one(path: Path, kind: str) -> None:  # a deletion that silently "succeeds" without removing one file
+    def skip_one(dir_fd: int, name: str, kind: str, path: Path) -> None:  # "succeeds" without removing one file
         if path != kept:
-            model_cache.remove_entry(path, kind)
+            model_cache.remove_entry(dir_fd, name, kind, path)
 
     entry = model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "success", tmp_path / "l.jsonl",
                                             remove=skip_one)
     assert not entry["ok"]
-    assert entry["after"]["file_count"] == 1 and entry["after"]["weight_file_count"] == 1
-    assert entry["after"]["total_bytes"] == kept.stat().st_size
+    # What is left: the kept blob, and the manifest (kept while anything else remains, so a rerun can finish).
+    assert entry["after"]["file_count"] == 2 and entry["after"]["weight_file_count"] == 1
+    assert entry["after"]["total_bytes"] == kept.stat().st_size + prepared.manifest_path.stat().st_size
     residual = entry["residual"]
     assert residual["child_present"] and residual["child_listed_in_root"] and not residual["clean"]
-    assert str(kept) in residual["present_paths"]
-    assert residual["former_entries_present"] == 1 + len(kept.relative_to(prepared.child).parts) - 1
+    assert str(kept) in residual["present_paths"] and str(prepared.manifest_path) in residual["present_paths"]
+    assert residual["former_entries_present"] == 1 + len(kept.relative_to(prepared.child).parts)
     assert any("OSError" in f["error"] for f in entry["deletion"]["failures"])  # rmdir of the non-empty parents
     verified = model_cache.verify_ledger(tmp_path / "l.jsonl")
     assert verified["residue_count"] == 1 and verified["entries"][0]["residual"]["weight_file_count"] == 1
@@ -229,7 +250,7 @@ def test_symlink_swapped_in_during_cleanup_is_not_followed(tmp_path):
     os.symlink(outside, victim_dir)  # the directory became a link to outside after planning
     outcome = model_cache.execute_cleanup(plan)
     assert (outside / "a.bin").read_bytes() == b"keep"
-    assert any("symlink" in f["error"] for f in outcome["failures"])
+    assert any("replaced since planning" in f["error"] for f in outcome["failures"])
 
 
 @pytest.mark.parametrize("model,label,expected", [

@@ -59,7 +59,9 @@ def test_prepare_cleanup_verify_round_trip(tmp_path, seed):
     assert entry["before"]["weight_bytes"] == len(SAFETENSORS) and entry["after"]["file_count"] == 0
     assert not os.path.lexists(child) and content_hash(seed) == before
     lines = ledger.read_text().splitlines()
-    assert len(lines) == 1 and contract.validation_errors(json.loads(lines[0])) == []
+    started, finished = (json.loads(line) for line in lines)  # the started line precedes the first deletion
+    assert [started["phase"], finished["phase"]] == ["started", "finished"] and finished == entry
+    assert contract.validation_errors(started) == [] and started["cleanup_id"] == finished["cleanup_id"]
 
     run = run_script("cleanup_model_cache", "verify", "--ledger", str(ledger), "--json")
     assert run.returncode == 0 and run.document["residue_count"] == 0
@@ -100,16 +102,16 @@ def test_cleanup_that_leaves_residue_exits_1(tmp_path, capsys):
     kept = Path(prepared.env["TRITON_CACHE_DIR"]) / "kernel.cubin"
     kept.write_bytes(b"\0" * 7)
 
-    def skip_one(path: Path, kind: str) -> None:
+    def skip_one(dir_fd: int, name: str, kind: str, path: Path) -> None:
         if path != kept:
-            model_cache.remove_entry(path, kind)
+            model_cache.remove_entry(dir_fd, name, kind, path)
 
     code = _runner.run(cache_cli.TOOL, cache_cli.build_parser(), functools.partial(cache_cli.handle, remove=skip_one),
                        cache_cli.self_tests, ["cleanup", "--root", str(tmp_path / "root"), "--child", "org_tiny-x",
                                               "--ledger", str(tmp_path / "l.jsonl"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["ok"] is False and contract.validation_errors(doc) == []
-    assert doc["entry"]["after"]["total_bytes"] == 7 and doc["entry"]["residual"]["child_present"]
+    assert doc["entry"]["after"]["total_bytes"] == 7 + prepared.manifest_path.stat().st_size and doc["entry"]["residual"]["child_present"]
     run = run_script("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "l.jsonl"), "--json")
     assert run.returncode == 1 and run.document["residue_count"] == 1
 

@@ -2,32 +2,35 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from .. import contract
+from .. import contract, inputs
 from .tree import _read_manifest, compute_stats, walk_tree
 
 
 def verify_ledger(ledger_path: str | Path) -> dict[str, Any]:
     """Re-check every ledger entry now: its cache_dir must be absent (or re-created by a later prepare)."""
     ledger = Path(ledger_path)
-    if not ledger.is_file():
+    if not ledger.exists():
         raise contract.PreconditionError("cache.ledger_missing", f"ledger {ledger} does not exist",
                                          "pass the --ledger file the cleanup wrote")
-    results = []
-    for number, line in enumerate(ledger.read_text(encoding="utf-8").splitlines(), start=1):
+    entries = []
+    for number, line in enumerate(_ledger_lines(ledger), start=1):
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise contract.InputError("cache.ledger_unreadable", f"{ledger}:{number} is not JSON: {exc}",
+            entry = inputs.parse_json(line, f"{ledger}:{number}", "cache.ledger_unreadable")
+        except contract.InputError as exc:
+            raise contract.InputError("cache.ledger_unreadable", exc.message,
                                       "the ledger is append-only JSONL; restore the line or move it aside") from None
         contract.validate_input(entry, "cleanup-ledger.v1", f"{ledger}:{number}")
-        results.append(_verify_entry(number, entry))
+        entries.append((number, entry))
+    finished = {e.get("cleanup_id") for _, e in entries if e.get("phase", "finished") == "finished"}
+    # A started line stands for itself only when its cleanup never wrote a finished line (a killed cleanup).
+    results = [_verify_entry(number, entry) for number, entry in entries
+               if entry.get("phase") != "started" or entry.get("cleanup_id") not in finished]
     if not results:
         raise contract.PreconditionError("cache.ledger_empty", f"ledger {ledger} has no entries",
                                          "run 'cleanup' first; an empty ledger proves nothing")
@@ -52,3 +55,7 @@ def _verify_entry(number: int, entry: dict[str, Any]) -> dict[str, Any]:
         result["residual"] = compute_stats(cache_dir, walk_tree(cache_dir))
     return result
 
+
+
+def _ledger_lines(ledger: Path) -> list[str]:
+    return inputs.read_text(ledger, "cache.ledger_unreadable").splitlines()

@@ -1,0 +1,122 @@
+"""Reading a user's input file without trusting it: only regular files (a named pipe is refused, never blocked on),
+bounded size, strict UTF-8, JSON without NaN/Infinity, bounded nesting and bounded integers. Every refusal is an
+InputError (exit 2), never a traceback, a hang or an exit 70.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import stat
+import zlib
+from pathlib import Path
+from typing import Any
+
+from . import contract
+
+MAX_INPUT_BYTES = 4 << 30  # a 340 MB trace is normal; a file larger than this is not an input of ours
+MAX_JSON_DEPTH = 64
+MAX_INT_DIGITS = 30  # ns timestamps and byte counts fit; a 4,300-digit integer is an attack, not a figure
+
+
+def open_regular(path: str | Path, code: str) -> int:
+    """A read-only fd on ``path`` once it is known to be a regular file; opening never blocks (O_NONBLOCK)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise contract.InputError(code, f"{path} does not exist", "check the path") from None
+    except OSError as exc:
+        raise contract.InputError(code, f"{path} cannot be read: {exc.strerror}", "pass a readable file") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise contract.InputError(code, f"{path} is not a regular file (a directory, pipe, socket or device)",
+                                  "pass a regular file")
+    if st.st_size > MAX_INPUT_BYTES:
+        os.close(fd)
+        raise contract.InputError(code, f"{path} is {st.st_size} bytes (max {MAX_INPUT_BYTES})", "pass a smaller file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_bytes(path: str | Path, code: str, *, gunzip: bool | None = None) -> bytes:
+    """The file's bytes (decompressed when it is gzip: by ``.gz`` suffix, or ``gunzip=True``)."""
+    with os.fdopen(open_regular(path, code), "rb") as fh:
+        data = fh.read()
+    if gunzip or (gunzip is None and str(path).endswith(".gz")):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise contract.InputError(code, f"{path} is not valid gzip: {exc}", "pass an intact .gz file") from None
+    return data
+
+
+def decode_text(data: bytes, source: str, code: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise contract.InputError(code, f"{source} is not UTF-8 text (byte {exc.start})", "pass a UTF-8 file") from None
+
+
+def read_text(path: str | Path, code: str) -> str:
+    return decode_text(read_bytes(path, code, gunzip=False), str(path), code)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} overflows a float")
+    return value
+
+
+def parse_json(text: str, source: str, code: str) -> Any:
+    """Strict JSON: no NaN/Infinity (not even as an overflowing 1e999), bounded integers and nesting."""
+    depth = max_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise contract.InputError(code, f"{source} nests {depth} levels deep (max {MAX_JSON_DEPTH})",
+                                  "pass the document the tool wrote")
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_bounded_int, parse_float=_finite_float)
+    except (ValueError, RecursionError) as exc:
+        raise contract.InputError(code, f"{source} is not valid JSON: {str(exc)[:200]}",
+                                  "pass the document the tool wrote") from None
+
+
+def max_depth(text: str) -> int:
+    """The deepest bracket nesting outside strings, without recursion (so a 10^6-deep input cannot crash it)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_json(path: str | Path, code: str) -> Any:
+    """A JSON (or .json.gz) input file, refused as InputError on any of the hazards in the module docstring."""
+    data = read_bytes(path, code)
+    return parse_json(decode_text(data, str(path), code), str(path), code)
