@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_FIXTURES, run_script
-from sgl_diffusion_bench import assets, contract
+from sgl_diffusion_bench import assets, contract, datafile
 
 REAL_PNG = SHARED_FIXTURES / "sglang-0.5.10-h200" / "tiny_plain" / "out.png"
 
@@ -124,10 +124,16 @@ def test_unresolved_source_without_mirror_is_missing_with_a_hint(tmp_path):
 
 
 def test_bad_manifest_and_lock_are_input_errors(tmp_path):
+    entry = {"id": "a", "filename": "a.png", "source": {"kind": "ftp"}, "sha256": None}
+    manifest = tmp_path / "assets.yaml"
+    manifest.write_text(json.dumps({"schema": "assets.v1", "assets": [entry]}))
     with pytest.raises(contract.InputError) as info:
-        assets.parse_manifest({"schema": "assets.v1", "assets": [{"id": "a", "filename": "a.png",
-                                                                   "source": {"kind": "ftp"}, "sha256": None}]}, "m")
-    assert info.value.code == "input.assets_invalid"
+        assets.load_manifest(manifest)
+    assert info.value.code == datafile.DATA_FILE_INVALID and "assets[0] (id='a'), field 'source'" in info.value.message
+    entry["source"] = {"kind": "url", "url": "https://example.invalid/a.png"}
+    with pytest.raises(contract.InputError) as info:
+        assets.parse_manifest({"schema": "assets.v1", "assets": [entry, entry]}, "m")
+    assert info.value.code == "input.assets_invalid" and "duplicate id" in info.value.message
     (tmp_path / "assets.lock.json").write_text(json.dumps({"schema": "assets-lock.v1", "assets": {"a": {}}}))
     with pytest.raises(contract.InputError):
         assets.read_lock(tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_script
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, log_gates
+from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, fileio, log_gates
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 MARKERS = log_gates.markers_for_version("0.5.10.post1")
@@ -56,7 +56,7 @@ def test_a_native_run_with_artifacts_is_valid(tmp_path):
                                         output_paths=_outputs(tmp_path, "x"), memory_kind="process_rss")
     assert judged.status == "valid", judged.reasons
     assert judged.perf["memory_kind"] == "process_rss" and len(judged.perf["denoise_steps_ms"]) == 2
-    assert judged.outputs[0]["sha256"] == bench_runner.sha256_of(tmp_path / "x.png")
+    assert judged.outputs[0]["sha256"] == fileio.sha256_file(tmp_path / "x.png")
 
 
 @pytest.mark.parametrize("scenario", ["gen-failed-rc0-b5-off", "gen-failed-rc0-b6-off"])

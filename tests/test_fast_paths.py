@@ -58,11 +58,13 @@ def test_chain_finder_respects_order_and_gap():
     (lambda d: d["families"][1].__setitem__("id", d["families"][0]["id"]), "id used twice"),
     (lambda d: d["families"][0]["sglang"].__setitem__("0.5.10.post1", "maybe"), "sglang"),
 ])
-def test_bad_registry_is_an_input_error_naming_the_entry(mutate, needle):
+def test_bad_registry_is_an_input_error_naming_the_entry(tmp_path, mutate, needle):
     document = copy.deepcopy(_document())
     mutate(document)
+    path = tmp_path / "fast_paths.yaml"
+    path.write_text(yaml.safe_dump(document))
     with pytest.raises(contract.InputError) as info:
-        fast_paths.parse_registry(document, "fast_paths.yaml")
+        fast_paths.load_registry(path)
     assert needle in info.value.message and info.value.exit_code == 2
 
 

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from conftest import REPO, SHARED_FIXTURES, TEST_FIXTURES
-from sgl_diffusion_bench import contract, log_gates, selftest
+from sgl_diffusion_bench import contract, datafile, log_gates
 
 H200 = SHARED_FIXTURES / "sglang-0.5.10-h200"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
@@ -104,14 +104,14 @@ def _marker(document: dict, marker_id: str) -> dict:
 
 
 @pytest.mark.parametrize("mutate, code, words", [
-    (lambda d: _marker(d, "bcg_captured").update(kind="bcg_grabbed"), "log_markers.schema_mismatch",
+    (lambda d: _marker(d, "bcg_captured").update(kind="bcg_grabbed"), datafile.DATA_FILE_INVALID,
      ["bcg_captured", "kind"]),
     (lambda d: _marker(d, "generation_failed").update(example="all fine"), "log_markers.invalid",
      ["generation_failed", "example"]),
     (lambda d: _marker(d, "stage_error").update(regex="([unclosed"), "log_markers.invalid", ["stage_error", "regex"]),
     (lambda d: _marker(d, "bcg_captured").update(releases=["0.5.99"]), "log_markers.invalid",
      ["bcg_captured", "0.5.99"]),
-    (lambda d: _marker(d, "output_saved").update(substring="x"), "log_markers.schema_mismatch", ["output_saved"]),
+    (lambda d: _marker(d, "output_saved").update(substring="x"), datafile.DATA_FILE_INVALID, ["output_saved"]),
     (lambda d: d["markers"].append(dict(_marker(d, "oom_detected"))), "log_markers.invalid",
      ["oom_detected", "duplicate"]),
     (lambda d: d["releases"].reverse(), "log_markers.invalid", ["releases"]),
@@ -119,9 +119,11 @@ def _marker(document: dict, marker_id: str) -> dict:
                                                  example="OOM for quality=high"), "log_markers.invalid",
      ["oom_detected", "{quality}"]),
 ])
-def test_a_bad_markers_file_is_an_input_error_naming_the_entry_and_field(mutate, code, words):
+def test_a_bad_markers_file_is_an_input_error_naming_the_entry_and_field(tmp_path, mutate, code, words):
+    path = tmp_path / "log_markers.yaml"
+    path.write_text(yaml.safe_dump(_catalog_with(mutate)))
     with pytest.raises(contract.InputError) as caught:
-        log_gates.parse_catalog(_catalog_with(mutate), "log_markers.yaml")
+        log_gates.load_catalog(path)
     assert caught.value.code == code and caught.value.exit_code == contract.ExitCode.USAGE
     for word in words:
         assert word in caught.value.message
@@ -132,7 +134,7 @@ def test_unreadable_yaml_is_an_input_error(tmp_path):
     bad.write_text("schema: log-markers.v1\nmarkers: [\n")
     with pytest.raises(contract.InputError) as caught:
         log_gates.load_catalog(bad)
-    assert caught.value.code == "log_markers.unreadable"
+    assert caught.value.code == datafile.DATA_FILE_INVALID and "not valid YAML" in caught.value.message
 
 
 # --- real logs: sglang 0.5.10.post1 on an H200 (native backend) ---------------------------------------------------
@@ -406,12 +408,3 @@ def test_cpu_failed_generation_with_exit_code_zero_is_invalid(scenario):
     assert not verdict.valid and verdict.fallback is None
     assert {"engine.request_error", "engine.generation_failed", "engine.zero_outputs"} <= codes(verdict)
     assert verdict.generated_outputs == 0 and verdict.native_evidence and not verdict.saved_outputs
-
-
-def test_self_checks_pass_and_fail_on_broken_data(monkeypatch):
-    results = selftest.run_checks("test", log_gates.self_checks())
-    assert results["ok"], results["checks"]
-    broken = _catalog_with(lambda d: _marker(d, "falling_back_to_diffusers").update(stop=False))
-    monkeypatch.setattr(log_gates, "load_catalog", lambda path=None: log_gates.parse_catalog(broken))
-    failed = selftest.run_checks("test", log_gates.self_checks())
-    assert [c["ok"] for c in failed["checks"]] == [True, False]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import run_script
-from sgl_diffusion_bench import contract, presets
+from sgl_diffusion_bench import contract, datafile, presets
 
 NIGHTLY_ORDER = ["flux", "flux2", "qwen", "qwen-edit", "zimage", "wan-t2v", "wan-ti2v", "ltx23-ti2v-two-stage",
                  "ideogram4-fp8", "cosmos3-super-t2v", "wan-i2v", "minimax-h3-t2va"]
@@ -67,22 +67,24 @@ def _catalog_with(tmp_path: Path, mutate) -> Path:
     return path
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda ps: ps[2].update(seed="42"), "preset 'qwen' (#3), field 'seed'"),
-    (lambda ps: ps[0].update(task="txt2img"), "preset 'flux' (#1), field 'task'"),
-    (lambda ps: ps[5].update(num_gpus=-1), "preset 'wan-t2v' (#6), field 'num_gpus'"),
-    (lambda ps: ps[0].update(colour="red"), "preset 'flux' (#1), field '<entry>'"),
-    (lambda ps: ps[1].update(extra_args=["--seed=7"]), "preset 'flux2' (#2), field 'extra_args': --seed"),
-    (lambda ps: ps[3].update(asset="dog"), "preset 'qwen-edit' (#4), field 'asset'"),
-    (lambda ps: ps[4].update(name="flux"), "preset 'flux' (#5), field 'name': duplicate"),
-    (lambda ps: ps[0].pop("prompt"), "preset 'flux' (#1), field 'prompt'"),
+SCHEMA, RULES = datafile.DATA_FILE_INVALID, "input.presets_invalid"
+
+
+@pytest.mark.parametrize("mutate, code, expected", [
+    (lambda ps: ps[2].update(seed="42"), SCHEMA, "presets[2] (name='qwen'), field 'seed'"),
+    (lambda ps: ps[0].update(task="txt2img"), SCHEMA, "presets[0] (name='flux'), field 'task'"),
+    (lambda ps: ps[5].update(num_gpus=-1), SCHEMA, "presets[5] (name='wan-t2v'), field 'num_gpus'"),
+    (lambda ps: ps[0].update(colour="red"), SCHEMA, "presets[0] (name='flux'), field '<entry>'"),
+    (lambda ps: ps[1].update(extra_args=["--seed=7"]), RULES, "preset 'flux2' (#2), field 'extra_args': --seed"),
+    (lambda ps: ps[3].update(asset="dog"), RULES, "preset 'qwen-edit' (#4), field 'asset'"),
+    (lambda ps: ps[4].update(name="flux"), RULES, "preset 'flux' (#5), field 'name': duplicate"),
+    (lambda ps: ps[0].pop("prompt"), RULES, "preset 'flux' (#1), field 'prompt'"),
 ])
-def test_a_bad_catalog_is_an_input_error_naming_preset_and_field(tmp_path, mutate, expected):
+def test_a_bad_catalog_is_an_input_error_naming_preset_and_field(tmp_path, mutate, code, expected):
     path = _catalog_with(tmp_path, mutate)
-    from sgl_diffusion_bench import assets
     with pytest.raises(contract.InputError) as info:
-        presets.parse_catalog(presets.load_yaml(path), str(path), [a.id for a in assets.load_manifest()])
-    assert expected in info.value.message
+        presets.load_presets(path)
+    assert info.value.code == code and expected in info.value.message
     assert info.value.exit_code == 2
 
 
@@ -91,7 +93,7 @@ def test_unparseable_yaml_is_an_input_error(tmp_path):
     path.write_text("presets: [unclosed\n")
     with pytest.raises(contract.InputError) as info:
         presets.load_presets(path)
-    assert info.value.code == "input.not_yaml"
+    assert info.value.code == datafile.DATA_FILE_INVALID and "not valid YAML" in info.value.message
 
 
 def test_filters():

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, quality
+from sgl_diffusion_bench import contract, fileio, quality
 
 PNG = "sglang-0.5.10-h200/tiny_plain/out.png"
 
@@ -39,7 +39,7 @@ def test_perturbed_images_score_lower_and_fail_thresholds(shared_fixtures, tmp_p
     heavy = quality.compare_media(ref, perturbed(ref, tmp_path / "heavy.png", 40))
     assert 0.9 < light["ssim"] < 1.0 and 35 < light["psnr_db"] < 60 and light["passed"]
     assert heavy["ssim"] < light["ssim"] and heavy["psnr_db"] < 28 and not heavy["passed"]
-    strict = quality.thresholds_from({"image": {"ssim_min": 0.9999}})
+    strict = {**quality.DEFAULT_THRESHOLDS, "image": quality.Thresholds(ssim_min=0.9999, psnr_min_db=28.0)}
     assert quality.compare_media(ref, tmp_path / "light.png", strict)["passed"] is False
 
 
@@ -123,7 +123,7 @@ def test_output_quality_scores_a_lossy_arm_against_the_reference(shared_fixtures
     ref = shutil.copy(shared_fixtures / PNG, tmp_path / "ref.png")
     outs = {0: ref, 1: perturbed(ref, tmp_path / "hi1.png", 2), 2: perturbed(ref, tmp_path / "hi2.png", 40, 1)}
     cells = [{"index": i, "arm": "eager" if i == 0 else "high", "status": "valid",
-              "outputs": [{"path": str(p), "sha256": quality.sha256_file(p), "bytes": 1}]} for i, p in outs.items()]
+              "outputs": [{"path": str(p), "sha256": fileio.sha256_file(p), "bytes": 1}]} for i, p in outs.items()]
     arms = {"eager": {"quality": "lossless"}, "high": {"quality": "high"}}
     result = quality.output_quality(cells, arms, "eager")
     identity, similarity = result["checks"]
@@ -139,7 +139,5 @@ def test_output_quality_scores_a_lossy_arm_against_the_reference(shared_fixtures
     assert quality.output_quality([dict(c, outputs=[]) for c in cells], arms, "eager") is None
 
 
-def test_default_thresholds_and_bad_override():
+def test_default_thresholds():
     assert quality.DEFAULT_THRESHOLDS["video"] == quality.Thresholds(0.92, 24.0)
-    with pytest.raises(quality.QualityError):
-        quality.thresholds_from({"audio": {"ssim_min": 0.5}})

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, log_gates, presets, quality, report,
+from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, presets, quality, report,
                                  stats, validity)
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
@@ -104,7 +104,7 @@ def test_an_alias_arm_must_match_its_canonical_level_bytes():
 
 def _png(path: Path, array: np.ndarray) -> dict:
     Image.fromarray(array).save(path)
-    return {"path": str(path), "sha256": quality.sha256_file(path), "bytes": path.stat().st_size}
+    return {"path": str(path), "sha256": fileio.sha256_file(path), "bytes": path.stat().st_size}
 
 
 def test_a_lossy_arm_below_the_thresholds_is_invalid(tmp_path):

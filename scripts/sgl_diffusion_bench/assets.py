@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import contract, paths
+from . import contract, datafile, fileio, paths
 
 ASSETS_FILE = paths.DATA_DIR / "assets.yaml"
 LOCK_FILE_NAME = "assets.lock.json"
@@ -68,9 +67,9 @@ class FetchOutcome:
 
 
 def parse_manifest(document: Any, source: str) -> tuple[Asset, ...]:
-    problems = contract.validation_errors(document, "assets.v1")
-    ids = [a.get("id") for a in document.get("assets", [])] if isinstance(document, dict) and not problems else []
-    problems += [f"asset {i!r}: duplicate id" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    """Assets from a manifest already valid against assets.v1 (datafile.load checks that); ids must be unique."""
+    ids = [a["id"] for a in document["assets"]]
+    problems = [f"asset {i!r}: duplicate id" for i in sorted({i for i in ids if ids.count(i) > 1})]
     if problems:
         raise contract.InputError("input.assets_invalid", f"{source}: " + "; ".join(problems[:8]),
                                   "fix the entry so it follows schemas/assets.v1.schema.json")
@@ -79,9 +78,7 @@ def parse_manifest(document: Any, source: str) -> tuple[Asset, ...]:
 
 @functools.lru_cache(maxsize=2)
 def load_manifest(path: Path = ASSETS_FILE) -> tuple[Asset, ...]:
-    from .presets import load_yaml
-
-    return parse_manifest(load_yaml(path), str(path))
+    return parse_manifest(datafile.load(path, "assets.v1"), str(path))
 
 
 def get_asset(asset_id: str, manifest: tuple[Asset, ...] | None = None) -> Asset:
@@ -90,14 +87,6 @@ def get_asset(asset_id: str, manifest: tuple[Asset, ...] | None = None) -> Asset
             return asset
     raise contract.InputError("input.unknown_asset", f"no asset {asset_id!r} in data/assets.yaml",
                               "add it to data/assets.yaml")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_lock(assets_dir: Path) -> dict[str, dict[str, str]]:
@@ -117,10 +106,7 @@ def write_lock(assets_dir: Path, entries: Mapping[str, Mapping[str, str]]) -> Pa
     path = assets_dir / LOCK_FILE_NAME
     document = {"schema": LOCK_SCHEMA_ID, "assets": {k: dict(v) for k, v in sorted(entries.items())}}
     contract.check_document(document)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return fileio.atomic_write_text(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def _http_download(url: str, dest: Path) -> None:
@@ -172,7 +158,7 @@ def fetch_one(asset: Asset, assets_dir: Path, lock: dict[str, dict[str, str]], d
             part.unlink(missing_ok=True)
             return FetchOutcome(asset, path, "missing", None, expected, hash_source,
                                 f"download failed: {type(exc).__name__}: {exc}; place the file at {path} by hand")
-        actual = sha256_file(part)
+        actual = fileio.sha256_file(part)
         if expected is not None and actual != expected:
             part.unlink()  # our own partial file: never install a file that fails its hash
             return FetchOutcome(asset, path, "hash_mismatch", actual, expected, hash_source,
@@ -180,7 +166,7 @@ def fetch_one(asset: Asset, assets_dir: Path, lock: dict[str, dict[str, str]], d
         os.replace(part, path)
         downloaded = True
     else:
-        actual = sha256_file(path)
+        actual = fileio.sha256_file(path)
         if expected is not None and actual != expected:
             return FetchOutcome(asset, path, "hash_mismatch", actual, expected, hash_source,
                                 f"{path} differs from the {hash_source} hash; move it away and fetch again")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import re
 import shlex
@@ -22,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, log_gates, model_cache,
+from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, log_gates, model_cache,
                perf_dump, report, stats, validity)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
@@ -62,14 +61,6 @@ class RequestJudgement:
     outputs: tuple[dict[str, Any], ...]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def find_outputs(run_dir: Path, stem: str) -> list[Path]:
     """This run's media only: ``<stem>[_N].<ext>`` inside its own directory (never a prefix glob)."""
     pattern = re.compile(re.escape(stem) + r"(?:_\d+)?(?:" + "|".join(map(re.escape, GENERATED_OUTPUT_SUFFIXES)) + ")$",
@@ -101,7 +92,7 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
             reasons.append(f"perf_dump.invalid: {exc.reason}")
     else:
         reasons.append("artifacts.no_perf_dump: the run wrote no perf dump")
-    outputs = tuple({"path": str(p), "sha256": sha256_of(p), "bytes": p.stat().st_size} for p in output_paths)
+    outputs = tuple({"path": str(p), "sha256": fileio.sha256_file(p), "bytes": p.stat().st_size} for p in output_paths)
     if not outputs:
         reasons.append("artifacts.no_output: the run saved no output file")
     status = "failed" if failed else ("invalid" if reasons else "valid")
@@ -389,8 +380,6 @@ class CampaignRunner:
             paths = report.render_report(doc, self.settings.output_root / f"{self.preset.name}__{self.settings.label}")
             doc["artifacts"] = {"report_md": paths["markdown"], "plot_png": paths["plot"]}
         contract.check_document(doc)
-        tmp = self.report_path.with_suffix(".tmp")
-        tmp.write_text(contract.dumps(doc) + "\n", encoding="utf-8")
-        tmp.replace(self.report_path)  # atomic: a reader never sees half a report
+        fileio.atomic_write_text(self.report_path, contract.dumps(doc) + "\n")  # a reader never sees half a report
         self.last_document = doc
         return doc

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import contract
+from . import contract, hf_settings
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -30,7 +30,6 @@ BENCH_ENV_DEFAULTS = {"FLASHINFER_DISABLE_VERSION_CHECK": "1", "SGLANG_DIFFUSION
 BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 # Silently overrides the step count (runtime doc §3): never let it leak into a benchmark.
 ENV_UNSET = ("SGLANG_TEST_NUM_INFERENCE_STEPS",)
-HF_TOKEN_MIRROR = ("HUGGINGFACE_HUB_TOKEN", "HF_TOKEN")  # (target, source): copied by name, never by value
 WARMUP_FLAGS = ("--warmup", "--warmup-mode")
 MISSING_FLAG_HINTS = {
     "--quality": "this engine has no quality levels: drop --quality (quality comparisons need sglang 0.5.23 or main)",
@@ -296,12 +295,12 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     for name, value in BENCH_ENV_FORCED.items():
         if caller_env.get(name) != value:
             env_set[name] = value
-    target, source = HF_TOKEN_MIRROR
+    target, source = hf_settings.TOKEN_MIRROR
     env_copy = {target: source} if caller_env.get(source) and not caller_env.get(target) else {}
     env_unset = tuple(n for n in ENV_UNSET if n in caller_env)
-    if preset.gated and not any(caller_env.get(n) for n in HF_TOKEN_MIRROR):
-        warnings.append(("hf.token_missing", f"preset {preset.name!r} is gated and neither HF_TOKEN nor "
-                         "HUGGINGFACE_HUB_TOKEN is set: export HF_TOKEN=<token with access>"))
+    if preset.gated and not hf_settings.token_vars_set(caller_env):
+        warnings.append(("hf.token_missing", f"preset {preset.name!r} is gated and none of "
+                         f"{', '.join(hf_settings.TOKEN_VARS)} is set: {hf_settings.MISSING_TOKEN_HINT}"))
     return Invocation(run_id=rid, preset=preset.name, argv=tuple(argv), env_set=env_set, env_copy=env_copy,
                       env_unset=env_unset, num_gpus=preset.num_gpus, run_dir=run_dir, perf_dump_path=perf_dump,
                       output_dir=run_dir, output_file_stem=output_file_stem(rid), config_path=config_path,

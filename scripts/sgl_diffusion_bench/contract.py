@@ -22,13 +22,13 @@ from typing import Any, Iterable
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from . import __version__
+from . import __version__, hf_settings
 from .paths import schema_dir
 
 SCHEMA_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*\.v[0-9]+$")
 SCHEMA_BASE_URI = "https://sglang-diffusion-benchmark-profile.invalid/schemas/"
 # Environment variables whose values are secrets: never printed, logged or written (presence only).
-SECRET_ENV_VARS = ("HF_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+SECRET_ENV_VARS = hf_settings.TOKEN_VARS
 REDACTED = "<redacted>"
 
 

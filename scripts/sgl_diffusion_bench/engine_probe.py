@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, env
+from . import contract, env, fileio
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 180
@@ -270,9 +270,7 @@ def _read_cache(path: Path, key: str) -> EngineCapabilities | None:
 def _write_cache(path: Path, key: str, caps: EngineCapabilities) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "engine": caps.to_json()}, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        fileio.atomic_write_text(path, json.dumps({"key": key, "engine": caps.to_json()}, indent=2, sort_keys=True) + "\n")
     except OSError:
         pass  # an unwritable cache only costs a re-probe next time
 

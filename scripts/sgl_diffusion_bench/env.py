@@ -9,20 +9,18 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import contract, gpu, paths
+from . import contract, fileio, gpu, hf_settings, paths
 
 WORKDIR_ENV = "SGLANG_DIFFUSION_SKILL_WORKDIR"
 ASSETS_SUBDIR = Path("inputs/diffusion_benchmark/figs")
 OUTPUT_SUBDIRS = {"benchmarks": Path("outputs/diffusion_benchmarks"), "profiles": Path("outputs/diffusion_profiles")}
 BENCH_ENV_VARS = ("FLASHINFER_DISABLE_VERSION_CHECK", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING", "NCCL_NVLS_ENABLE")
-HF_TOKEN_VARS = ("HF_TOKEN", "HUGGINGFACE_HUB_TOKEN")
-GATED_HINT = "export HF_TOKEN=<token with access>; without it gated models fail with a misleading 'not supported' error"
+GATED_HINT = f"{hf_settings.MISSING_TOKEN_HINT}; without it gated models fail with a misleading 'not supported' error"
 
 
 def find_sglang_checkout(start: Path = paths.CHECKOUT_ROOT) -> Path | None:
@@ -148,12 +146,6 @@ def torch_info() -> dict[str, Any]:
     return info
 
 
-def _free_bytes(path: Path) -> int | None:
-    for candidate in [path, *path.parents]:
-        if candidate.exists():
-            return shutil.disk_usage(candidate).free
-    return None
-
 
 def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
     """Token presence (never the value) and cache locations with free disk."""
@@ -161,12 +153,12 @@ def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
     hf_home = Path(env.get("HF_HOME") or Path(env.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface")
     hub = Path(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or hf_home / "hub")
     return {
-        "token_present": any(env.get(v) for v in HF_TOKEN_VARS),
-        "token_vars_set": [v for v in HF_TOKEN_VARS if env.get(v)],
-        "offline": env.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False"),
+        "token_present": bool(hf_settings.token_vars_set(env)),
+        "token_vars_set": hf_settings.token_vars_set(env),
+        "offline": hf_settings.offline(env),
         "hf_home": str(hf_home),
         "hub_cache": str(hub),
-        "hub_cache_free_bytes": _free_bytes(hub),
+        "hub_cache_free_bytes": fileio.free_bytes(hub),
     }
 
 
@@ -243,7 +235,7 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
             add("torch.no_cuda", "error", "GPUs are present but torch cannot use CUDA",
                 "install a CUDA build of torch that matches the driver")
     if not doc["huggingface"]["token_present"] and not doc["huggingface"]["offline"]:
-        add("hf.no_token", "warning", "no HF_TOKEN/HUGGINGFACE_HUB_TOKEN: gated presets (FLUX.*, SD3.5) will fail",
+        add("hf.no_token", "warning", "no Hugging Face token variable set: gated presets (FLUX.*, SD3.5) will fail",
             GATED_HINT)
     return problems
 

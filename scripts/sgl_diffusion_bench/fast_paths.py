@@ -11,9 +11,7 @@ import functools
 import re
 from pathlib import Path
 
-import yaml
-
-from . import contract
+from . import contract, datafile
 from .paths import DATA_DIR
 
 REGISTRY_PATH = DATA_DIR / "fast_paths.yaml"
@@ -73,7 +71,7 @@ def _compile(pattern: str, where: str) -> re.Pattern:
 
 
 def parse_registry(document: dict, source: str) -> Registry:
-    contract.validate_input(document, "fast-paths.v1", source)
+    """The registry from a document already valid against fast-paths.v1 (datafile.load checks that)."""
     families = []
     seen: set[str] = set()
     for entry in document["families"]:
@@ -95,12 +93,7 @@ def parse_registry(document: dict, source: str) -> Registry:
 
 @functools.lru_cache(maxsize=4)
 def load_registry(path: Path = REGISTRY_PATH) -> Registry:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise contract.InputError("input.fast_paths_unreadable", f"cannot read {path}: {exc}",
-                                  "restore data/fast_paths.yaml from the bundle") from exc
-    return parse_registry(document, str(path))
+    return parse_registry(datafile.load(path, "fast-paths.v1"), str(path))
 
 
 def find_chains(kernel_names: list[str], chain: Chain) -> list[tuple[int, int]]:

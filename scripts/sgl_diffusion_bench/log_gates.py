@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.version import InvalidVersion, Version
 
 try:
@@ -30,7 +29,7 @@ try:
 except ImportError:  # Python 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-from . import contract, paths, selftest
+from . import contract, datafile, paths
 
 SCHEMA_ID = "log-markers.v1"
 MARKERS_PATH = paths.DATA_DIR / "log_markers.yaml"
@@ -155,14 +154,8 @@ def _bad(source: str, field: str, message: str) -> contract.InputError:
 
 
 def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatalog:
-    """Validate a parsed markers document (schema plus the rules a schema cannot say) and build the catalog."""
-    problems = contract.validation_errors(document, SCHEMA_ID)
-    if problems:
-        entries = document.get("markers") if isinstance(document, dict) else None
-        ids = [m.get("id") if isinstance(m, dict) else None for m in entries] if isinstance(entries, list) else []
-        named = [re.sub(r"^markers/(\d+)", lambda g: f"markers[{g[1]}] (id={ids[int(g[1])]!r})", p) for p in problems]
-        raise contract.InputError("log_markers.schema_mismatch", f"{source} does not match {SCHEMA_ID}: "
-                                  + "; ".join(named[:5]), f"fix the file so it follows schemas/{SCHEMA_ID}.schema.json")
+    """Build the catalog from a document already valid against the schema (datafile.load checks that), checking the
+    rules a schema cannot say."""
     releases = tuple(Release(r["id"], r["version"], r["bcg_supported"]) for r in document["releases"])
     release_ids = [r.id for r in releases]
     if len(set(release_ids)) != len(release_ids):
@@ -207,15 +200,7 @@ def load_catalog(path: Path | None = None) -> MarkerCatalog:
 
 @functools.lru_cache(maxsize=4)
 def _load_catalog_cached(path: str) -> MarkerCatalog:
-    try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise contract.InputError("log_markers.missing", f"log-marker file not found: {path}",
-                                  "reinstall the bundle; data/log_markers.yaml ships with the package") from exc
-    except yaml.YAMLError as exc:
-        raise contract.InputError("log_markers.unreadable", f"{path} is not valid YAML: {exc}",
-                                  "fix the YAML syntax at the position given") from exc
-    return parse_catalog(document, path)
+    return parse_catalog(datafile.load(Path(path), SCHEMA_ID), path)
 
 
 def markers_for_version(version: str | None, path: Path | None = None) -> MarkerSet:
@@ -492,30 +477,3 @@ def scan_log(text: str, markers: MarkerSet, *, bcg_expected: bool = False, quali
     for line in lines:
         gate.feed(line)
     return gate.verdict()
-
-
-def self_checks() -> list[selftest.Check]:
-    """For the --self-test of every tool that gates engine logs: the data loads and the gate works on its examples."""
-
-    def data() -> str:
-        catalog = load_catalog()
-        return f"{len(catalog.markers)} markers for releases {', '.join(r.id for r in catalog.releases)}; " \
-               "every example matches its own pattern"
-
-    def gate() -> str:
-        catalog = load_catalog()
-        for release in catalog.releases:
-            markers = catalog.for_release(release.id)
-            example = {m.id: m.example for m in markers.markers}
-            good = [example["sgl_diffusion_component"], example["generated_n_outputs"]]
-            if release.bcg_supported:
-                good.insert(1, example["bcg_captured"])
-            verdict = scan_log("\n".join(good), markers, bcg_expected=release.bcg_supported, require_native=True)
-            if not verdict.valid:
-                raise RuntimeError(f"{release.id}: a good log was judged invalid: {verdict.reason_codes()}")
-            fallback = RequestLogGate(markers, bcg_expected=False)
-            if fallback.feed(good[0]) or fallback.feed(example["falling_back_to_diffusers"]) is None:
-                raise RuntimeError(f"{release.id}: the gate did not stop on the diffusers-fallback line")
-        return "a good log passes and a diffusers fallback stops the run, for every release"
-
-    return [selftest.Check("log-markers:data", data), selftest.Check("log-markers:gate", gate)]

@@ -11,9 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
-from . import contract, paths
+from . import assets, contract, datafile, paths
 
 PRESETS_FILE = paths.DATA_DIR / "presets.yaml"
 SCHEMA_ID = "presets.v1"
@@ -104,22 +102,6 @@ def _flag_name(token: str) -> str:
     return token.split("=", 1)[0]
 
 
-def _schema_problems(document: Any) -> list[str]:
-    """Schema errors phrased with the preset's name and field, e.g. "preset 'flux' (#1), field 'seed': ..."."""
-    names = {}
-    if isinstance(document, dict) and isinstance(document.get("presets"), list):
-        names = {i: p.get("name", "?") for i, p in enumerate(document["presets"]) if isinstance(p, dict)}
-    problems = []
-    for err in sorted(contract.validator(SCHEMA_ID).iter_errors(document), key=lambda e: list(e.absolute_path)):
-        where = list(err.absolute_path)
-        if len(where) >= 2 and where[0] == "presets":
-            field = "/".join(map(str, where[2:])) or "<entry>"
-            problems.append(f"preset {names.get(where[1], '?')!r} (#{where[1] + 1}), field {field!r}: {err.message}")
-        else:
-            problems.append(f"{'/'.join(map(str, where)) or '<root>'}: {err.message}")
-    return problems
-
-
 def _semantic_problems(entries: list[dict[str, Any]], asset_ids: Iterable[str] | None) -> list[str]:
     problems, seen = [], set()
     known_assets = set(asset_ids) if asset_ids is not None else None
@@ -145,10 +127,9 @@ def _semantic_problems(entries: list[dict[str, Any]], asset_ids: Iterable[str] |
 
 
 def parse_catalog(document: Any, source: str, asset_ids: Iterable[str] | None = None) -> tuple[Preset, ...]:
-    """Validate a loaded presets document and turn it into Presets; every problem is named in one InputError."""
-    problems = _schema_problems(document)
-    if not problems:
-        problems = _semantic_problems(document["presets"], asset_ids)
+    """Presets from a document already valid against presets.v1 (datafile.load checks that), checked for the rules
+    a schema cannot say; every problem is named in one InputError."""
+    problems = _semantic_problems(document["presets"], asset_ids)
     if problems:
         raise contract.InputError("input.presets_invalid", f"{source}: " + "; ".join(problems[:8]),
                                   f"fix the entry so it follows schemas/{SCHEMA_ID}.schema.json",
@@ -163,21 +144,10 @@ def parse_catalog(document: Any, source: str, asset_ids: Iterable[str] | None = 
     return tuple(presets)
 
 
-def load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise contract.InputError("input.unreadable", f"cannot read {path}: {exc.strerror}",
-                                  "check the path and permissions") from exc
-    except yaml.YAMLError as exc:
-        raise contract.InputError("input.not_yaml", f"{path} is not valid YAML: {exc}", "fix the YAML syntax") from exc
-
-
 @functools.lru_cache(maxsize=4)
 def load_presets(path: Path = PRESETS_FILE) -> tuple[Preset, ...]:
-    from . import assets  # the asset manifest is checked too: a preset may only name known assets
-
-    return parse_catalog(load_yaml(path), str(path), [a.id for a in assets.load_manifest()])
+    # The asset manifest is read too: a preset may only name known assets.
+    return parse_catalog(datafile.load(path, SCHEMA_ID), str(path), [a.id for a in assets.load_manifest()])
 
 
 def get_preset(name: str, presets: Iterable[Preset] | None = None) -> Preset:

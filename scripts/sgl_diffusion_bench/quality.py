@@ -11,7 +11,6 @@ PSNR of identical inputs is infinite: JSON carries ``psnr_db: null`` with ``psnr
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -21,7 +20,6 @@ from . import contract
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov", ".avi", ".gif")
-HASH_CHUNK = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +39,6 @@ DEFAULT_THRESHOLDS = {"image": Thresholds(0.95, 28.0), "video": Thresholds(0.92,
 class QualityError(contract.InputError):
     def __init__(self, message: str, hint: str = "check that both outputs exist and have the same size/frames"):
         super().__init__("input.output_not_comparable", message, hint)
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def media_kind(path: str | Path) -> str:
@@ -319,13 +309,3 @@ def output_quality(cells: Sequence[Mapping[str, Any]], arms: Mapping[str, Mappin
             continue
         checks.append(similarity(cells, arm, spec.get("quality"), reference, thresholds))
     return {"passed": all(c["passed"] for c in checks), "checks": checks}
-
-
-def thresholds_from(overrides: Mapping[str, Mapping[str, float]] | None) -> dict[str, Thresholds]:
-    """Per-preset overrides, e.g. ``{"video": {"ssim_min": 0.9}}``, on top of the defaults."""
-    merged = dict(DEFAULT_THRESHOLDS)
-    for kind, values in (overrides or {}).items():
-        if kind not in merged:
-            raise QualityError(f"unknown media kind {kind!r} in quality thresholds", "use 'image' or 'video'")
-        merged[kind] = dataclasses.replace(merged[kind], **values)
-    return merged

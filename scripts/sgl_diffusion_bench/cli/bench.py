@@ -18,8 +18,6 @@ from . import _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
 DEFAULT_PRESET = "flux"  # the reference's default when neither --model nor --all is given
-MATRIX_QUALITIES = command_builder.BENCHMARK_QUALITY_LEVELS
-MATRIX_MODES = ("eager-{q}-a", "bcg-{q}-a", "bcg-{q}-b", "eager-{q}-b")  # ABBA within each quality
 EPILOG = """examples:
   python3 scripts/bench_diffusion_denoise.py --list-models --tag nightly --max-gpus 2 --json
   python3 scripts/bench_diffusion_denoise.py --validate-nightly-alignment --nightly-config <sglang>/scripts/ci/utils/diffusion/comparison_configs.json
@@ -291,7 +289,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     inventory = gpu.read_inventory()
     environment = _environment()
     runners = []
-    for preset in selected_presets(args):  # build every command first: refusals happen before anything runs
+    for preset in selected_presets(args):  # every command first: a refusal precedes any engine request (not the probe)
         if preset.num_gpus > 0 and not inventory.gpus:
             raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
                                              f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")

@@ -8,7 +8,6 @@ analyze_trace.py (hotspots, compare, classify).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 import shlex
@@ -16,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import assets, bench_runner, command_builder, contract, engine_process, env, gpu, log_gates, presets, selftest
+from .. import assets, bench_runner, command_builder, contract, engine_process, env, fileio, gpu, log_gates, presets, selftest
 from . import _runner
 from .bench import engine_capabilities, local_model_path
 
@@ -84,9 +83,8 @@ def find_traces(trace_dir: Path) -> list[dict[str, Any]]:
     found = []
     for path in sorted(p for p in trace_dir.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)):
         rank = RANK_IN_NAME.search(path.name)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
         found.append({"rank": int(rank.group(1)) if rank else None, "path": str(path), "bytes": path.stat().st_size,
-                      "sha256": digest})
+                      "sha256": fileio.sha256_file(path)})
     return sorted(found, key=lambda t: (t["rank"] is None, t["rank"] or 0, t["path"]))
 
 

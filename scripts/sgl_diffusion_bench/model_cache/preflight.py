@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .. import contract
+from .. import contract, fileio, hf_settings
 from .layout import resolve_seed_hub
 
 DEFAULT_HEADROOM_BYTES = 2 << 30  # logs, compiler caches and a partial download's temp file
@@ -25,7 +24,7 @@ def disk_preflight(model_id: str, revision: str | None, cache_dir: str | Path, s
     """
     env = os.environ if environ is None else environ
     hubs = [resolve_seed_hub(s) for s in seed_caches]
-    free = _free_bytes(Path(cache_dir).expanduser())
+    free = fileio.free_bytes(Path(cache_dir).expanduser())
     result: dict[str, Any] = {"model": model_id, "revision": revision, "cache_dir": str(cache_dir),
                               "free_bytes": free, "headroom_bytes": headroom_bytes, "size_source": None,
                               "required_bytes": None, "provided_by_seed_bytes": None, "to_download_bytes": None,
@@ -75,7 +74,7 @@ def _judge(result: dict[str, Any]) -> dict[str, Any]:
 def _hub_files(model_id: str, revision: str | None, timeout_s: float, env, model_info
                ) -> tuple[list[tuple[str, int, tuple[str, ...]]] | None, str | None]:
     """(rfilename, size, blob ids) per file from the hub, or (None, why not). Never waits past ``timeout_s``."""
-    if env.get("HF_HUB_OFFLINE", "").strip().lower() not in ("", "0", "false", "no", "off"):
+    if hf_settings.offline(env):
         return None, "HF_HUB_OFFLINE is set"
     import httpx
     from huggingface_hub import HfApi
@@ -115,10 +114,3 @@ def _snapshot_dir(repo: Path, revision: str | None) -> Path | None:
 
 def _dir_bytes(top: Path) -> int:
     return sum(p.stat().st_size for p in top.rglob("*") if p.is_file())
-
-
-def _free_bytes(path: Path) -> int | None:
-    for candidate in [path, *path.parents]:
-        if candidate.exists():
-            return shutil.disk_usage(candidate).free
-    return None

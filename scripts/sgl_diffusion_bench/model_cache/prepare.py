@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import contract
+from .. import contract, fileio
 from .layout import (MANIFEST_NAME, MARKER_NAME, MARKER_TEXT, _marker_ok, cache_environment, child_name,
                      resolve_root, resolve_seed_hub)
 from .tree import fingerprint_tree
@@ -168,7 +168,5 @@ def _claim_root(root: Path) -> bool:
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    fileio.atomic_write_text(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
