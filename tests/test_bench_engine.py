@@ -15,6 +15,7 @@ from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, presets, tiny_model
+from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = pytest.mark.engine
 
@@ -74,7 +75,7 @@ def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path)
 
 def test_exit_code_zero_without_output_is_an_invalid_cell(tmp_path):
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "nooutput",
-                     "--output-dir", str(tmp_path), "--json", env={"SGL_CPU_ADAPTER_DISABLE": "b6"}, timeout=900)
+                     "--output-dir", str(tmp_path), "--json", env={sgl_cpu_adapter.DISABLE_ENV: "b6"}, timeout=900)
     doc = run.document
     cell = doc["cells"][0]
     assert run.returncode == 1 and not doc["ok"]

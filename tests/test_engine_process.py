@@ -3,6 +3,7 @@ switches and hook mechanism, and the helpers that build an engine command. No sg
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import signal
@@ -124,41 +125,48 @@ def test_sglang_cli_and_ports():
 
 
 def test_cpu_adapter_env_puts_the_adapter_first_and_validates_switches():
-    base = {"PYTHONPATH": f"/some/where{os.pathsep}{engine_process.ADAPTER_DIR}", "SGL_CPU_ADAPTER_DISABLE": "b1"}
+    switch = sgl_cpu_adapter.DISABLE_ENV
+    base = {"PYTHONPATH": f"/some/where{os.pathsep}{engine_process.ADAPTER_DIR}", switch: "b1"}
     env = engine_process.cpu_adapter_env(base, ["b6", "B5"])
     assert env["PYTHONPATH"].split(os.pathsep) == [str(engine_process.ADAPTER_DIR), "/some/where"]
-    assert env["HF_HUB_OFFLINE"] == "1" and env["SGL_CPU_ADAPTER_DISABLE"] == "b5,b6"
-    assert "SGL_CPU_ADAPTER_DISABLE" not in engine_process.cpu_adapter_env(base)
-    assert base["SGL_CPU_ADAPTER_DISABLE"] == "b1"  # the caller's dict is not modified
+    assert env["HF_HUB_OFFLINE"] == "1" and env[switch] == "b5,b6"
+    assert switch not in engine_process.cpu_adapter_env(base)
+    assert base[switch] == "b1"  # the caller's dict is not modified
     with pytest.raises(ValueError, match="b7"):
         engine_process.cpu_adapter_env({}, ["b7"])
 
 
-def test_adapter_switch_parsing_and_info():
+def test_the_switch_is_not_a_name_sglang_claims():
+    """sglang rewrites SGL_* to SGLANG_* with a deprecation warning in every process, and treats SGLANG_* as its own."""
+    assert not sgl_cpu_adapter.DISABLE_ENV.startswith(("SGL_", "SGLANG_"))
+
+
+def test_adapter_switch_parsing():
     assert sgl_cpu_adapter.parse_disabled(None) == frozenset()
     assert sgl_cpu_adapter.parse_disabled(" b5, b2a ,") == {"b5", "b2a"}
     assert sgl_cpu_adapter.parse_disabled("all") == set(sgl_cpu_adapter.PATCHES)
     with pytest.raises(ValueError, match="known: b0"):
         sgl_cpu_adapter.parse_disabled("b5,nope")
-    info = sgl_cpu_adapter.adapter_info("b5")
-    assert info["patches"] == ["b0", "b1", "b2", "b2a", "b3", "b4", "b6"] and info["disabled"] == ["b5"]
-    assert info["memory_source"] is None
-    assert sgl_cpu_adapter.adapter_info("")["memory_source"] == "process_rss"
 
 
-def test_parse_announcement_reads_the_recorded_engine_lines():
-    lines = (TEST_FIXTURES / "engine-cpu-0.5.10" / "gen-failed-rc0-b5-off" / "log.txt").read_text().splitlines()
-    found = [parsed for parsed in map(sgl_cpu_adapter.parse_announcement, lines) if parsed]
-    assert len(found) == 2 and found[0]["pid"] != found[1]["pid"]  # the CLI and the spawned worker
-    assert found[0]["active"] and found[0]["disabled"] == ["b5"] and "b5" not in found[0]["patches"]
-    assert found[0]["memory_source"] is None
-    native = sgl_cpu_adapter.parse_announcement(
-        "[sgl-cpu-adapter] active: b0,b1,b2,b2a,b3,b4,b5,b6 (pid 7) disabled: none; memory figures are process RSS")
-    assert native == {"active": True, "patches": list(sgl_cpu_adapter.PATCHES), "disabled": [], "pid": 7,
-                      "memory_source": "process_rss"}
-    assert sgl_cpu_adapter.parse_announcement("[sgl-cpu-adapter] inactive: accelerator_present (pid 9)")["active"] \
-        is False
-    assert sgl_cpu_adapter.parse_announcement("Loaded vae: AutoencoderKL (sgl-diffusion version)") is None
+def test_summarize_keeps_applied_and_not_needed_patches_apart():
+    lines = ["[sgl-cpu-adapter] active (pid 7): checking b0,b2,b2a,b3,b4,b5; absent: b1,b6; disabled: none",
+             "[sgl-cpu-adapter] b0 applied (pid 7): torchvision's C ops did not load",
+             "[sgl-cpu-adapter] b2 not-needed (pid 7): CpuPlatform defines get_local_torch_device itself",
+             "Loaded vae: AutoencoderKL (sgl-diffusion version)",
+             "[sgl-cpu-adapter] active (pid 8): checking b0,b2,b2a,b3,b4,b5; absent: b1,b6; disabled: b3",
+             "[sgl-cpu-adapter] b5 applied (pid 8): the engine asked torch.cpu for reset_peak_memory_stats"]
+    summary = sgl_cpu_adapter.summarize(lines)
+    assert summary["active"] and summary["pids"] == [7, 8] and summary["disabled"] == ["b3"]
+    assert summary["applied"] == ["b0", "b5"] and summary["memory_source"] == "process_rss"
+    not_needed = {n["id"]: n["reason"] for n in summary["not_needed"]}
+    assert list(not_needed) == ["b1", "b2", "b2a", "b4", "b6"]
+    assert not_needed["b2"] == "CpuPlatform defines get_local_torch_device itself"
+    assert not_needed["b1"] == not_needed["b6"] == "the module it hooks is absent from this engine"
+    assert "init_process_group" in not_needed["b4"]
+    assert sgl_cpu_adapter.summarize(["Loaded vae"]) is None
+    inactive = sgl_cpu_adapter.summarize(["[sgl-cpu-adapter] inactive: accelerator_present (pid 9)"])
+    assert inactive["active"] is False and inactive["applied"] == inactive["not_needed"] == []
 
 
 def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -186,9 +194,8 @@ def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
     if unpatched.returncode == 0:
         pytest.skip("torchvision's own C ops load here: b0 has nothing to fix")
     assert patched.returncode == 0, patched.stderr[-2000:]
-    announced = [a for a in map(sgl_cpu_adapter.parse_announcement, patched.stderr.splitlines()) if a]
-    assert announced == [{"active": True, "patches": list(sgl_cpu_adapter.PATCHES), "disabled": [],
-                          "pid": announced[0]["pid"], "memory_source": "process_rss"}]
+    summary = sgl_cpu_adapter.summarize(patched.stderr.splitlines())
+    assert summary["active"] and summary["applied"] == ["b0"] and summary["memory_source"] is None
     assert "operator torchvision::nms does not exist" in unpatched.stderr
 
 
@@ -203,6 +210,34 @@ def test_adapter_stays_inactive_when_torch_sees_an_accelerator():
         except RuntimeError as error:
             print("torchvision::nms does not exist" in str(error))  # b0 was not applied
     """, engine_process.cpu_adapter_env(dict(os.environ)))
-    announced = [a for a in map(sgl_cpu_adapter.parse_announcement, proc.stderr.splitlines()) if a]
-    assert [(a["active"], a["patches"]) for a in announced] == [(False, [])]
+    announced = [a for a in map(sgl_cpu_adapter.parse_line, proc.stderr.splitlines()) if a]
+    assert [(a["kind"], a["active"]) for a in announced] == [("process", False)]
     assert proc.stdout.split() == ["True"], proc.stderr[-2000:]
+
+
+def test_adapter_checks_each_gap_in_the_installed_engine():
+    """The real engine's CPU platform module: a platform method the engine defines is left alone (not needed), one it
+    inherits from the base Platform is patched, and the torch.cpu memory stand-in applies only when asked for."""
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("no sglang installed")
+    proc = run_python("""
+        import torch
+        import sglang.multimodal_gen.runtime.platforms.cpu as cpu
+        print(cpu.CpuPlatform.get_local_torch_device())
+        print(*(m in vars(cpu.CpuPlatform) for m in ("get_local_torch_device", "get_attn_backend_cls_str",
+                                                     "get_torch_distributed_backend_str")))
+        torch.cpu.reset_peak_memory_stats()
+        print(torch.cpu.max_memory_reserved() > 0)
+        try:
+            torch.cpu.no_such_function
+        except AttributeError:
+            print("AttributeError")
+    """, engine_process.cpu_adapter_env(dict(os.environ)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    words = proc.stdout.split()
+    assert words[0] == "cpu" and words[4:] == ["True", "AttributeError"]
+    outcomes = {p["patch"]: p["outcome"] for p in map(sgl_cpu_adapter.parse_line, proc.stderr.splitlines())
+                if p and p["kind"] == "patch"}
+    for patch, own in zip(("b2", "b2a", "b3"), words[1:4]):  # the engine's own method, or the base class's
+        assert outcomes[patch] == ("not-needed" if own == "True" else "applied"), (patch, proc.stderr[-2000:])
+    assert outcomes["b5"] == "applied"

@@ -101,7 +101,7 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
-    """The CPU adapter patches the caller switched off (SGL_CPU_ADAPTER_DISABLE), checked before anything runs."""
+    """The CPU adapter patches the caller switched off (its DISABLE_ENV variable), checked before anything runs."""
     try:
         return sgl_cpu_adapter.parse_disabled(caller_env.get(sgl_cpu_adapter.DISABLE_ENV))
     except ValueError as exc:
@@ -293,12 +293,11 @@ class CampaignRunner:
         gates: dict[str, Any] = {"contention": {"checked": self.foreign_check is not None}}
         before = self.foreign_check() if self.foreign_check else []
         gate = log_gates.RequestLogGate(self.markers, bcg_expected=arm.bcg, quality=arm.quality, require_native=True)
-        adapter_lines: list[dict[str, Any]] = []
+        adapter_lines: list[str] = []
 
         def on_line(line: str) -> str | None:
-            announced = sgl_cpu_adapter.parse_announcement(line)
-            if announced:
-                adapter_lines.append(announced)
+            if sgl_cpu_adapter.TAG in line:
+                adapter_lines.append(line)
             return gate.feed(line)
 
         cell["started_at"] = contract.utc_now()
@@ -310,9 +309,11 @@ class CampaignRunner:
                                         cwd=invocation.run_dir)  # the engine records the git commit of its cwd
         after = self.foreign_check() if self.foreign_check else []
         verdict = gate.verdict()
-        if adapter_lines:
-            self.adapter = {**adapter_lines[-1], "memory_kind": "process_rss"}
-        memory_kind = "process_rss" if adapter_lines and adapter_lines[-1]["active"] else "device"
+        adapter = sgl_cpu_adapter.summarize(adapter_lines)
+        if adapter is not None:
+            self.adapter = adapter
+        # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.
+        memory_kind = "process_rss" if adapter and adapter["memory_source"] == "process_rss" else "device"
         judged = judge_request(verdict=verdict, returncode=run.returncode, stop_reason=run.stop_reason,
                                perf_dump_path=invocation.perf_dump_path,
                                output_paths=find_outputs(invocation.output_dir, invocation.output_file_stem),

@@ -164,7 +164,8 @@ def _memory(comparison, summary, arms) -> list[str]:
     if comparison is not None:
         mem = comparison["memory"]
         if mem["baseline_peak_mb"] is None or mem["candidate_peak_mb"] is None:
-            return ["Peak memory: not measured in both arms."]
+            return ["Peak memory: not recorded by the engine in both arms (its perf dumps have no memory "
+                    "checkpoints)."]
         what = _memory_words(mem["memory_kind"], mem["sources"])
         verb = "rises" if mem["change_mb"] > 0 else "falls" if mem["change_mb"] < 0 else "stays"
         return [f"{what} {verb} from {_gib(mem['baseline_peak_mb'])} to {_gib(mem['candidate_peak_mb'])} "
@@ -174,6 +175,8 @@ def _memory(comparison, summary, arms) -> list[str]:
         s = summary["arms"].get(arm)
         if s and s["peak_memory_mb"]["max"] is not None:
             lines.append(f"{arm}: {_memory_words(s['memory_kind'], [])} {_gib(s['peak_memory_mb']['max'])}.")
+        elif s:
+            lines.append(f"{arm}: peak memory not recorded (the engine's perf dumps have no memory checkpoints).")
     return lines
 
 
@@ -256,8 +259,9 @@ def _environment(doc) -> list[str]:
     if engine:
         adapter = engine.get("adapter")
         lines.append(f"- engine: {engine.get('version', 'unknown')} at {engine.get('path', 'unknown')}"
-                     + ("; CPU adapter active (patches: " + ", ".join(adapter.get("patches", [])) + ")"
-                        if isinstance(adapter, dict) and adapter.get("active") else ""))
+                     + ("; CPU adapter active (applied: " + (", ".join(adapter.get("applied", [])) or "none")
+                        + "; not needed: " + (", ".join(n["id"] for n in adapter.get("not_needed", [])) or "none")
+                        + ")" if isinstance(adapter, dict) and adapter.get("active") else ""))
     for key, value in (doc.get("environment") or {}).items():
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items())

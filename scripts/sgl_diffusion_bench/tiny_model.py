@@ -19,7 +19,7 @@ from . import engine_process, env
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
-CACHE_ENV = "SGL_DIFFUSION_TINY_MODEL_DIR"
+CACHE_ENV = "DIFFUSION_BENCH_TINY_MODEL_DIR"  # not SGL_*: sglang claims (and warns about) those
 CLIP_HIDDEN = 32  # == FluxTransformer2DModel.pooled_projection_dim
 T5_D_MODEL = 32  # == FluxTransformer2DModel.joint_attention_dim
 LATENT_CHANNELS = 4  # FLUX packs 2x2 latent patches: transformer in_channels == 4 * latent_channels
@@ -29,7 +29,7 @@ T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
 
 
 def default_cache_dir() -> Path:
-    """$SGL_DIFFUSION_TINY_MODEL_DIR, else <work root>/.cache/tiny-models."""
+    """$DIFFUSION_BENCH_TINY_MODEL_DIR, else <work root>/.cache/tiny-models."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     return env.work_root()[0] / ".cache" / "tiny-models"

@@ -1,43 +1,62 @@
-"""Fill the CPU gaps of sglang 0.5.10.post1's diffusion runtime so `sglang generate` runs natively without a GPU.
+"""Fill the CPU gaps of sglang's diffusion runtime, and only those the installed engine has, so that
+`sglang generate` runs natively without a GPU.
 
 Loaded by the sibling ``sitecustomize.py`` in every process that has this directory on PYTHONPATH (the CLI and the
 spawned worker alike). It only registers post-import hooks; nothing is patched, and torch is not imported, until one
 of the named modules is imported. The first hook to fire decides once per process: with an accelerator present it
-does nothing; without one it applies the enabled patches and prints one line on stderr:
+does nothing; without one it says which patches it will check, and each patch then checks its gap when its module
+loads (or when the engine first reaches for the missing API) and says what it did, one line each on stderr:
 
-    [sgl-cpu-adapter] active: b0,b1,b2,b2a,b3,b4,b5,b6 (pid 123) disabled: none; memory figures are process RSS (b5)
+    [sgl-cpu-adapter] active (pid 123): checking b0,b2,b2a,b3,b4,b5; absent: b1,b6; disabled: none
+    [sgl-cpu-adapter] b0 applied (pid 123): torchvision's C ops did not load; defined torchvision::nms/qnms
+    [sgl-cpu-adapter] b2 not-needed (pid 123): CpuPlatform defines get_local_torch_device itself
 
-Patches (ids as in the CPU-engine reference; switch any off with SGL_CPU_ADAPTER_DISABLE=b5,b6 or =all):
+sglang 0.5.10.post1 needs all of them; 0.5.23 brings its own CPU platform and needs only b0 (a CUDA-built torchvision
+beside CPU torch). Patches (ids as in the CPU-engine reference; switch any off with
+DIFFUSION_BENCH_CPU_ADAPTER_DISABLE=b5,b6 or =all; sglang claims every SGL_* and SGLANG_* variable as its own):
   b0  define torchvision::nms/qnms schemas when torchvision's C ops failed to load (CUDA wheel beside CPU torch)
-  b1  torch.cpu.get_device_properties (Triton autotune configs are built at import)
-  b2  CpuPlatform.get_local_torch_device -> cpu
-  b2a CpuPlatform.get_attn_backend_cls_str -> torch SDPA backend
-  b3  CpuPlatform.get_torch_distributed_backend_str -> gloo
-  b4  drop a CPU device_id passed to torch.distributed.init_process_group
-  b5  torch.cpu memory API (reset_peak_memory_stats, max_memory_*, ...): reports process RSS, not device memory
-  b6  point the Triton diffusion kernels at sglang's own pure-torch fallbacks
+  b1  torch.cpu.get_device_properties, when the engine asks torch.cpu for it (Triton autotune configs at import)
+  b2  CpuPlatform.get_local_torch_device -> cpu, when CpuPlatform inherits the base class's NotImplementedError
+  b2a CpuPlatform.get_attn_backend_cls_str -> torch SDPA backend, likewise
+  b3  CpuPlatform.get_torch_distributed_backend_str -> gloo, likewise
+  b4  drop a CPU device_id the engine passes to torch.distributed.init_process_group
+  b5  torch.cpu memory API (reset_peak_memory_stats, max_memory_*, ...), when the engine asks torch.cpu for it:
+      its figures are process RSS, not device memory
+  b6  point the Triton diffusion kernels at sglang's own pure-torch fallbacks, when the engine has no CPU fallback
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 PATCHES = ("b0", "b1", "b2", "b2a", "b3", "b4", "b5", "b6")
-DISABLE_ENV = "SGL_CPU_ADAPTER_DISABLE"
+# Not SGL_*/SGLANG_*: sglang rewrites every SGL_* variable to SGLANG_* with a deprecation warning in each process.
+DISABLE_ENV = "DIFFUSION_BENCH_CPU_ADAPTER_DISABLE"
 TAG = "[sgl-cpu-adapter]"
-MEMORY_NOTE = "memory figures are process RSS (b5)"
-ANNOUNCEMENT = re.compile(r"\[sgl-cpu-adapter\] (?P<state>active|inactive): (?P<patches>[\w,]+) \(pid (?P<pid>\d+)\)"
-                          r"(?: disabled: (?P<disabled>[\w,]+))?")
+MEMORY_NOTE = "torch.cpu memory API stand-in returns this process's RSS, not device memory"
+_PROCESS_LINE = re.compile(r"\[sgl-cpu-adapter\] (?:active \(pid (?P<pid>\d+)\): checking (?P<checking>[\w,]+); "
+                           r"absent: (?P<absent>[\w,]+); disabled: (?P<disabled>[\w,]+)"
+                           r"|inactive: accelerator_present \(pid (?P<inactive_pid>\d+)\))")
+_PATCH_LINE = re.compile(r"\[sgl-cpu-adapter\] (?P<patch>b\d+a?) (?P<outcome>applied|not-needed) "
+                         r"\(pid (?P<pid>\d+)\): (?P<reason>.*)$")
 _TRITON = "sglang.jit_kernel.diffusion.triton."
 _SDPA = "sglang.multimodal_gen.runtime.layers.attention.backends.sdpa.SDPABackend"
+_MEMORY_API = ("reset_peak_memory_stats", "max_memory_reserved", "max_memory_allocated", "memory_allocated",
+               "memory_reserved", "empty_cache", "manual_seed_all", "is_bf16_supported")
+_UNREACHED = {"b1": "the engine never asked torch.cpu for get_device_properties",
+              "b4": "the engine never called init_process_group",
+              "b5": "the engine never asked torch.cpu for the memory API torch lacks (it records no memory on CPU)"}
+_PLATFORM_METHODS = {"b2": "get_local_torch_device", "b2a": "get_attn_backend_cls_str",
+                     "b3": "get_torch_distributed_backend_str"}
 
 
 def parse_disabled(value: str | None) -> frozenset[str]:
-    """Patch ids named in SGL_CPU_ADAPTER_DISABLE ("b5,b6", "all"); unknown names raise ValueError."""
+    """Patch ids named in the switch-off variable ("b5,b6", "all"); unknown names raise ValueError."""
     names = {part.strip().lower() for part in (value or "").split(",") if part.strip()}
     if "all" in names:
         return frozenset(PATCHES)
@@ -47,25 +66,58 @@ def parse_disabled(value: str | None) -> frozenset[str]:
     return frozenset(names)
 
 
-def parse_announcement(line: str) -> dict[str, Any] | None:
-    """The adapter state a log line announces, for runners recording engine.adapter; None for other lines."""
-    match = ANNOUNCEMENT.search(line)
+def _ids(text: str | None) -> list[str]:
+    return [] if text in (None, "none") else text.split(",")
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """What one adapter line says ({"kind": "process"|"patch", ...}); None for other lines."""
+    match = _PATCH_LINE.search(line)
+    if match:
+        return {"kind": "patch", "patch": match["patch"], "outcome": match["outcome"], "pid": int(match["pid"]),
+                "reason": match["reason"].strip()}
+    match = _PROCESS_LINE.search(line)
     if not match:
         return None
-    split = lambda text: [] if text in (None, "none") else text.split(",")  # noqa: E731
-    return {"active": match["state"] == "active", "patches": split(match["patches"]) if match["state"] == "active"
-            else [], "disabled": split(match["disabled"]), "pid": int(match["pid"]),
-            "memory_source": "process_rss" if "b5" in split(match["patches"]) else None}
+    if match["inactive_pid"]:
+        return {"kind": "process", "active": False, "pid": int(match["inactive_pid"]), "checking": [], "absent": [],
+                "disabled": []}
+    return {"kind": "process", "active": True, "pid": int(match["pid"]), "checking": _ids(match["checking"]),
+            "absent": _ids(match["absent"]), "disabled": _ids(match["disabled"])}
 
 
-def adapter_info(disable_value: str | None = None) -> dict[str, Any]:
-    """What the adapter would patch under this switch value, and what its memory figures mean."""
-    disabled = parse_disabled(os.environ.get(DISABLE_ENV) if disable_value is None else disable_value)
-    enabled = [p for p in PATCHES if p not in disabled]
-    return {"patches": enabled, "disabled": sorted(disabled, key=PATCHES.index), "disable_env": DISABLE_ENV,
-            "memory_source": "process_rss" if "b5" in enabled else None,
-            "memory_note": "torch.cpu memory API stand-in returns this process's RSS, not device memory"
-            if "b5" in enabled else None}
+def summarize(lines: Iterable[str]) -> dict[str, Any] | None:
+    """The adapter's record over every process of one run: applied and not-needed patches kept apart.
+
+    A patch counts as applied when any process applied it; as not needed when no process did (with the reason a
+    process gave, else "the engine never reached it"). None when no adapter line was seen."""
+    processes, outcomes = [], {}
+    for parsed in filter(None, map(parse_line, lines)):
+        if parsed["kind"] == "process":
+            processes.append(parsed)
+        elif parsed["outcome"] == "applied" or parsed["patch"] not in outcomes:
+            outcomes[parsed["patch"]] = parsed
+    if not processes and not outcomes:
+        return None
+    active = any(p["active"] for p in processes)
+    disabled = sorted({d for p in processes for d in p["disabled"]}, key=PATCHES.index)
+    absent = {a for p in processes for a in p["absent"]}
+    applied = [p for p in PATCHES if outcomes.get(p, {}).get("outcome") == "applied"]
+    not_needed = []
+    for patch in PATCHES:
+        if patch in applied or patch in disabled or not active:
+            continue
+        if patch in outcomes:
+            reason = outcomes[patch]["reason"]
+        elif patch in absent:
+            reason = "the module it hooks is absent from this engine"
+        else:
+            reason = _UNREACHED.get(patch, "the engine never reached the code it hooks")
+        not_needed.append({"id": patch, "reason": reason})
+    return {"active": active, "applied": applied, "not_needed": not_needed, "disabled": disabled,
+            "reasons": {p: outcomes[p]["reason"] for p in applied}, "pids": sorted({p["pid"] for p in processes}),
+            "disable_env": DISABLE_ENV, "memory_source": "process_rss" if "b5" in applied else None,
+            "memory_note": MEMORY_NOTE if "b5" in applied else None}
 
 
 def _rss() -> int:
@@ -93,54 +145,100 @@ class _Rss:
         cls.peak = _rss()
 
 
-def _patch_torch_cpu(which: str) -> None:
+def _report(patch: str, outcome: str, reason: str) -> None:
+    print(f"{TAG} {patch} {outcome} (pid {os.getpid()}): {reason}", file=sys.stderr, flush=True)
+
+
+def _lazy_torch_cpu(hooks: "_Hooks") -> None:
+    """b1/b5: answer for the attributes torch.cpu lacks only when the engine asks for one (PEP 562 ``__getattr__``),
+    so a patch is applied exactly when the engine reaches its gap."""
     import torch
-    if which == "b1":
-        props = type("CpuDeviceProperties", (), {"warp_size": 32, "name": "cpu", "multi_processor_count": os.cpu_count()})
-        torch.cpu.get_device_properties = lambda device=None: props()
+    cpu = torch.cpu
+    if getattr(cpu, "__getattr__", None) is not None:
         return
-    api = {"reset_peak_memory_stats": _Rss.reset, "max_memory_reserved": _Rss.max, "max_memory_allocated": _Rss.max,
-           "memory_allocated": _Rss.current, "memory_reserved": _Rss.current, "empty_cache": lambda: None,
-           "manual_seed_all": torch.manual_seed, "is_bf16_supported": lambda including_emulation=True: True}
-    for name, function in api.items():
-        if not hasattr(torch.cpu, name):
-            setattr(torch.cpu, name, function)
+    stand_ins: dict[str, tuple[str, Any]] = {}
+    if "b1" not in hooks.disabled:
+        props = type("CpuDeviceProperties", (), {"warp_size": 32, "name": "cpu",
+                                                 "multi_processor_count": os.cpu_count()})
+        stand_ins["get_device_properties"] = ("b1", lambda device=None: props())
+    if "b5" not in hooks.disabled:
+        api = {"reset_peak_memory_stats": _Rss.reset, "max_memory_reserved": _Rss.max,
+               "max_memory_allocated": _Rss.max, "memory_allocated": _Rss.current, "memory_reserved": _Rss.current,
+               "empty_cache": lambda: None, "manual_seed_all": torch.manual_seed,
+               "is_bf16_supported": lambda including_emulation=True: True}
+        stand_ins.update({name: ("b5", function) for name, function in api.items()})
+
+    def __getattr__(name: str) -> Any:
+        if name not in stand_ins:
+            raise AttributeError(f"module 'torch.cpu' has no attribute '{name}'")
+        patch, function = stand_ins[name]
+        if patch not in hooks.applied:
+            hooks.applied.add(patch)
+            note = f"; {MEMORY_NOTE}" if patch == "b5" else ""
+            _report(patch, "applied", f"the engine asked torch.cpu for {name}, which torch lacks{note}")
+        setattr(cpu, name, function)
+        return function
+    cpu.__getattr__ = __getattr__
 
 
 def _patch_torchvision_ops(extension: Any) -> None:
     if extension._has_ops():
+        _report("b0", "not-needed", "torchvision's C ops loaded")
         return
     import torch
     library = torch.library.Library("torchvision", "FRAGMENT")
     for op in ("nms", "qnms"):
         library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     _Hooks.keep.append(library)  # the definitions live as long as the Library object
+    _report("b0", "applied", "torchvision's C ops did not load (a CUDA build beside CPU torch); defined "
+                             "torchvision::nms/qnms schemas")
+
+
+def _defining_class(cls: type, name: str) -> type | None:
+    return next((klass for klass in cls.__mro__ if name in vars(klass)), None)
 
 
 def _patch_platform(cpu_module: Any, which: str) -> None:
     import torch
-    platform = cpu_module.CpuPlatform
+    platform, method = cpu_module.CpuPlatform, _PLATFORM_METHODS[which]
+    owner = _defining_class(platform, method)
+    if owner is not None and owner.__name__ != "Platform":  # CpuPlatform (or a CPU base of it) has its own
+        _report(which, "not-needed", f"{owner.__name__} defines {method} itself")
+        return
     if which == "b2":
         platform.get_local_torch_device = classmethod(lambda cls: torch.device("cpu"))
     elif which == "b2a":
         platform.get_attn_backend_cls_str = classmethod(lambda cls, selected_backend, head_size, dtype: _SDPA)
     else:
         platform.get_torch_distributed_backend_str = lambda self: "gloo"
+    _report(which, "applied", f"CpuPlatform inherits {method} from the base Platform, which raises or returns "
+                              "nothing on CPU")
 
 
 def _patch_init_process_group(parallel_state: Any) -> None:
     import torch.distributed as dist
     original = dist.init_process_group
+    decided: list[bool] = []
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         device = kwargs.get("device_id")
         if device is not None and getattr(device, "type", device) == "cpu":
             kwargs.pop("device_id")
+            if not decided:
+                _report("b4", "applied", "the engine passed device_id=cpu to init_process_group, which torch rejects")
+            decided.append(True)
+        elif not decided:
+            decided.append(False)
+            _report("b4", "not-needed", "the engine passed no CPU device_id to init_process_group")
         return original(*args, **kwargs)
     dist.init_process_group = init_process_group
 
 
 def _patch_triton(module: Any) -> None:
+    if getattr(module, "__file__", None) and os.path.exists(os.path.join(os.path.dirname(module.__file__),
+                                                                          "torch_fallback.py")):
+        _report("b6", "not-needed", f"{module.__name__} has the engine's own torch fallback")
+        return
     from sglang.jit_kernel.diffusion.triton import mps_fallback as native
     swaps = {"rotary": {"apply_rotary_embedding": native.apply_rotary_embedding_native},
              "norm": {"norm_infer": native.norm_infer_native, "rms_norm_fn": native.rms_norm_fn_native},
@@ -148,19 +246,37 @@ def _patch_triton(module: Any) -> None:
              "scale_shift": {"fuse_scale_shift_kernel": native.fuse_scale_shift_kernel_native}}
     for name, function in swaps[module.__name__.rsplit(".", 1)[1]].items():
         setattr(module, name, function)
+    _report("b6", "applied", f"{module.__name__} launches Triton on CPU tensors; pointed it at sglang's pure-torch "
+                             "fallbacks")
 
 
-# (module, "pre"|"post" its execution, patch id, action(module))
-HOOKS: list[tuple[str, str, str, Callable[[Any], None]]] = [
-    ("torchvision.extension", "post", "b0", _patch_torchvision_ops),
-    (_TRITON + "norm", "pre", "b1", lambda module: _patch_torch_cpu("b1")),
-    ("sglang.multimodal_gen.runtime.platforms.cpu", "post", "b2", lambda module: _patch_platform(module, "b2")),
-    ("sglang.multimodal_gen.runtime.platforms.cpu", "post", "b2a", lambda module: _patch_platform(module, "b2a")),
-    ("sglang.multimodal_gen.runtime.platforms.cpu", "post", "b3", lambda module: _patch_platform(module, "b3")),
-    ("sglang.multimodal_gen.runtime.platforms.cpu", "post", "b5", lambda module: _patch_torch_cpu("b5")),
-    ("sglang.multimodal_gen.runtime.distributed.parallel_state", "post", "b4", _patch_init_process_group),
-    *[(_TRITON + name, "post", "b6", _patch_triton) for name in ("rotary", "norm", "rmsnorm_onepass", "scale_shift")],
+_PLATFORMS_CPU = "sglang.multimodal_gen.runtime.platforms.cpu"
+# (module, "pre"|"post" its execution, patch id, action(hooks, module))
+HOOKS: list[tuple[str, str, str, Callable[[Any, Any], None]]] = [
+    ("torchvision.extension", "post", "b0", lambda hooks, module: _patch_torchvision_ops(module)),
+    (_TRITON + "norm", "pre", "b1", lambda hooks, module: _lazy_torch_cpu(hooks)),
+    (_PLATFORMS_CPU, "post", "b2", lambda hooks, module: _patch_platform(module, "b2")),
+    (_PLATFORMS_CPU, "post", "b2a", lambda hooks, module: _patch_platform(module, "b2a")),
+    (_PLATFORMS_CPU, "post", "b3", lambda hooks, module: _patch_platform(module, "b3")),
+    (_PLATFORMS_CPU, "post", "b5", lambda hooks, module: _lazy_torch_cpu(hooks)),
+    ("sglang.multimodal_gen.runtime.distributed.parallel_state", "post", "b4",
+     lambda hooks, module: _patch_init_process_group(module)),
+    *[(_TRITON + name, "post", "b6", lambda hooks, module: _patch_triton(module))
+      for name in ("rotary", "norm", "rmsnorm_onepass", "scale_shift")],
 ]
+
+
+def _module_file_exists(name: str) -> bool:
+    """Whether a sglang/torchvision module exists, without importing anything (not even its parent packages)."""
+    top, *rest = name.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for location in spec.submodule_search_locations:
+        base = os.path.join(location, *rest)
+        if os.path.isfile(base + ".py") or os.path.isfile(os.path.join(base, "__init__.py")):
+            return True
+    return False
 
 
 class _Hooks(importlib.abc.MetaPathFinder):
@@ -170,7 +286,8 @@ class _Hooks(importlib.abc.MetaPathFinder):
     def __init__(self, disabled: frozenset[str]) -> None:
         self.disabled = disabled
         self.active: bool | None = None
-        self.by_module: dict[str, list[tuple[str, str, Callable[[Any], None]]]] = {}
+        self.applied: set[str] = set()
+        self.by_module: dict[str, list[tuple[str, str, Callable[[Any, Any], None]]]] = {}
         for module, when, patch, action in HOOKS:
             if patch not in disabled:
                 self.by_module.setdefault(module, []).append((when, patch, action))
@@ -189,22 +306,27 @@ class _Hooks(importlib.abc.MetaPathFinder):
         return None
 
     def decide(self) -> bool:
-        """Once per process: patch only when torch sees no accelerator, and say so on stderr."""
+        """Once per process: patch only when torch sees no accelerator, and say what will be checked on stderr."""
         if self.active is None:
             import torch
             accelerator = getattr(torch, "accelerator", None)
             self.active = not (accelerator.is_available() if accelerator else torch.cuda.is_available())
-            enabled = ",".join(p for p in PATCHES if p not in self.disabled) or "none"
-            disabled = ",".join(p for p in PATCHES if p in self.disabled) or "none"
-            state = f"active: {enabled} (pid {os.getpid()}) disabled: {disabled}; {MEMORY_NOTE}" if self.active \
-                else f"inactive: accelerator_present (pid {os.getpid()})"
+            if self.active:
+                present = {patch for module, _, patch, _ in HOOKS if _module_file_exists(module)}
+                enabled = [p for p in PATCHES if p not in self.disabled]
+                checking = ",".join(p for p in enabled if p in present) or "none"
+                absent = ",".join(p for p in enabled if p not in present) or "none"
+                disabled = ",".join(p for p in PATCHES if p in self.disabled) or "none"
+                state = f"active (pid {os.getpid()}): checking {checking}; absent: {absent}; disabled: {disabled}"
+            else:
+                state = f"inactive: accelerator_present (pid {os.getpid()})"
             print(f"{TAG} {state}", file=sys.stderr, flush=True)
         return self.active
 
     def run(self, name: str, when: str, module: Any) -> None:
         for hook_when, _patch, action in self.by_module[name]:
             if hook_when == when and self.decide():
-                action(module)
+                action(self, module)
 
 
 class _HookedLoader(importlib.abc.Loader):
