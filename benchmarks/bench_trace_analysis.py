@@ -91,7 +91,7 @@ def run_measured(cmd: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--copies", type=int, default=6)
     parser.add_argument("--build-to", type=Path, help=argparse.SUPPRESS)  # internal: build the trace and exit

@@ -50,7 +50,7 @@ def verdict_rates(campaigns: int, rounds: int, cv_pct: float, change_pct: float,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--campaigns", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES)

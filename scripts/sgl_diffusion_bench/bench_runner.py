@@ -15,20 +15,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, log_gates, model_cache,
-               perf_dump, report, stats, validity)
+from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, log_gates, model_cache,
+               report, stats, validity, warm_campaign)
+from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
-GENERATED_OUTPUT_SUFFIXES = (".glb", ".jpeg", ".jpg", ".mp4", ".obj", ".png", ".wav", ".webp", ".gif")
 DEFAULT_CELL_TIMEOUT_S = 3600.0
+ENGINE_MODES = ("cold", "warm")
 REPORT_SUFFIX = ".bench-report.json"
 TOOL = "bench_diffusion_denoise"
 
@@ -51,53 +51,8 @@ class CampaignSettings:
     cleanup_ledger: Path | None = None
     write_report: bool = False
     echo_engine: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class RequestJudgement:
-    status: str  # valid | invalid | failed
-    reasons: tuple[str, ...]
-    perf: dict[str, Any] | None
-    outputs: tuple[dict[str, Any], ...]
-
-
-def find_outputs(run_dir: Path, stem: str) -> list[Path]:
-    """This run's media only: ``<stem>[_N].<ext>`` inside its own directory (never a prefix glob)."""
-    pattern = re.compile(re.escape(stem) + r"(?:_\d+)?(?:" + "|".join(map(re.escape, GENERATED_OUTPUT_SUFFIXES)) + ")$",
-                         re.IGNORECASE)
-    if not run_dir.is_dir():
-        return []
-    return sorted(p for p in run_dir.iterdir() if p.is_file() and pattern.fullmatch(p.name))
-
-
-def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, stop_reason: str | None,
-                  perf_dump_path: Path, output_paths: Sequence[Path], memory_kind: str) -> RequestJudgement:
-    """One request's status from its evidence; every reason that applies is kept, not only the first."""
-    reasons: list[str] = []
-    failed = False
-    if stop_reason == engine_process.TIMEOUT_REASON:
-        failed = True
-        reasons.append("engine.timeout: stopped after the cell timeout")
-    elif stop_reason:
-        reasons.append(f"{stop_reason}: engine stopped at once on this line")
-    if returncode not in (0, None) and not stop_reason:
-        failed = True
-        reasons.append(f"engine.exit_code: exited {returncode}")
-    reasons += [f"{r.code}: {r.message}" for r in verdict.reasons if not (stop_reason and r.code == stop_reason)]
-    perf = None
-    if perf_dump_path.is_file():
-        try:
-            perf = perf_dump.load_perf_dump(perf_dump_path, memory_kind).to_json()
-        except perf_dump.PerfDumpError as exc:
-            reasons.append(f"perf_dump.invalid: {exc.reason}")
-    else:
-        reasons.append("artifacts.no_perf_dump: the run wrote no perf dump")
-    outputs = tuple({"path": str(p), "sha256": fileio.sha256_file(p), "bytes": p.stat().st_size} for p in output_paths)
-    if not outputs:
-        reasons.append("artifacts.no_output: the run saved no output file")
-    status = "failed" if failed else ("invalid" if reasons else "valid")
-    # a request that does not count carries no numbers; its dump stays on disk at perf_dump_path for debugging
-    return RequestJudgement(status, tuple(reasons), perf if status == "valid" else None, outputs)
+    engine_mode: str = "cold"  # cold: one `sglang generate` per cell; warm: resident engines serve the cells
+    warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
@@ -113,18 +68,6 @@ def port_args_for(engine: EngineCapabilities) -> list[str]:
     """Fresh free ports where the engine takes them: its defaults collide between concurrent runs."""
     args = engine_process.port_args()
     return args if all(engine.accepts_flag(f) for f in args[::2]) else []
-
-
-def with_contention(status: str, reasons: Sequence[str], before: Sequence[Mapping[str, Any]],
-                    after: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
-    """A cell next to a foreign GPU process does not count, however good its own evidence looks."""
-    reasons = list(reasons)
-    if before or after:
-        pids = sorted({p["pid"] for p in [*before, *after]})
-        reasons.append(f"gpu.contended: foreign GPU process(es) {pids} at the cell boundaries")
-        if status == "valid":
-            status = "contended"
-    return status, reasons
 
 
 def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy: Mapping[str, str]) -> str:
@@ -180,6 +123,12 @@ class CampaignRunner:
         self.use_cpu_adapter = use_cpu_adapter
         self.foreign_check = foreign_check
         self.markers = log_gates.markers_for_version(engine.version)
+        if settings.engine_mode not in ENGINE_MODES:
+            raise contract.UsageError("usage.bad_engine_mode", f"engine mode {settings.engine_mode!r} is not one of "
+                                      f"{', '.join(ENGINE_MODES)}", "use --engine cold or --engine warm")
+        self.cli_prefix = [*engine_process.sglang_cli(), "generate"]
+        self.engine_python = sys.executable  # the warm driver runs under the engine's interpreter
+        self._warm: warm_campaign.WarmCampaign | None = None
         adapter_switches_off(self.caller_env)  # a typo in the switch is a usage error before anything runs
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
@@ -201,7 +150,7 @@ class CampaignRunner:
             torch_compile=self.settings.torch_compile,
             extra_args=(*self.settings.extra_args, *arm.extra_args, *port_args_for(self.engine)))
         return command_builder.build_invocation(
-            self.preset, options, self.engine, sglang_cli=[*engine_process.sglang_cli(), "generate"],
+            self.preset, options, self.engine, sglang_cli=self.cli_prefix,
             output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.caller_env,
             model_path=model_path, asset_filenames=asset_filenames)
 
@@ -228,11 +177,14 @@ class CampaignRunner:
         self.settings.output_root.mkdir(parents=True, exist_ok=True)
         exit_reason = "error"
         try:
-            with self._model_cache() as prepared:
-                for cell, invocation in zip(self.cells, self.invocations):
+            with self._model_cache() as prepared, self._engines(prepared) as warm:
+                for index, (cell, invocation) in enumerate(zip(self.cells, self.invocations)):
                     progress.start(cell)
                     try:
-                        self._run_cell(cell, invocation, prepared)
+                        if warm is not None:
+                            warm.run_cell(cell, invocation, index)
+                        else:
+                            self._run_cell(cell, invocation, prepared)
                     except KeyboardInterrupt:
                         cell["status"] = "interrupted"
                         cell["reasons"].append("run.interrupted: Ctrl-C during this cell")
@@ -248,6 +200,37 @@ class CampaignRunner:
             self._finish(exit_reason)
             raise
         return self._finish(exit_reason)
+
+    @contextlib.contextmanager
+    def _engines(self, prepared) -> Iterator[warm_campaign.WarmCampaign | None]:
+        """Warm mode: the campaign's resident engines, shut down however the campaign ends."""
+        if self.settings.engine_mode != "warm":
+            yield None
+            return
+        with warm_campaign.warm_engines(self, prepared) as warm:
+            self._warm = warm
+            yield warm
+
+    def foreign_now(self, own_pids: set[int]) -> list[dict[str, Any]]:
+        """Processes on the leased GPUs that are neither earlier neighbours we ignore nor our own engines."""
+        if self.foreign_check is None:
+            return []
+        return [p for p in self.foreign_check() if p["pid"] not in own_pids]
+
+    def gpu_processes(self) -> list[dict[str, Any]]:
+        """Every compute process on the leased GPUs, ours included (a warm engine's footprint)."""
+        from . import gpu
+
+        return gpu.foreign_processes(self.leased_gpu_uuids, own_pids=set()) if self.leased_gpu_uuids else []
+
+    def gpu_free_bytes(self) -> int | None:
+        """The least free memory over the leased GPUs, None where NVML cannot tell."""
+        from . import gpu
+
+        free = [g.memory_total_bytes - g.memory_used_bytes for g in gpu.read_inventory().gpus
+                if g.uuid in self.leased_gpu_uuids and g.memory_total_bytes is not None
+                and g.memory_used_bytes is not None]
+        return min(free) if free else None
 
     @contextlib.contextmanager
     def _model_cache(self) -> Iterator[model_cache.PreparedCache | None]:
@@ -371,6 +354,9 @@ class CampaignRunner:
                            "contention_checked": self.foreign_check is not None},
                   "reproduce": reproduce, "invocations": [inv.to_json() for inv in self.invocations]},
             cells=self.cells, summary=summary, warnings=self.warnings)
+        doc["engines"] = (self._warm.to_json() if self._warm is not None else
+                          warm_campaign.cold_engines_block(self.cells, self.settings.primary_metric,
+                                                           self.settings.threshold_pct))
         if self.cleanup_entry is not None:
             doc["cleanup"] = self.cleanup_entry
         return doc

@@ -17,7 +17,12 @@ DEBUG_ENV = "SGLANG_DIFFUSION_SKILL_DEBUG"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that turns usage errors into UsageError, so they become error.v1 JSON instead of exit 2 text."""
+    """argparse that turns usage errors into UsageError, so they become error.v1 JSON instead of exit 2 text, and
+    never takes a prefix for an option (``--engine warm`` must not silently become ``--engine-capabilities warm``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise contract.UsageError("usage.invalid_arguments", f"{self.prog}: {message}",
@@ -35,7 +40,7 @@ class Result:
 
 def json_flag_parent() -> argparse.ArgumentParser:
     """A parent parser so ``--json`` is accepted before or after a subcommand."""
-    parent = argparse.ArgumentParser(add_help=False)
+    parent = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parent.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print exactly one JSON document on stdout (human text goes to stderr)")
     return parent

@@ -68,6 +68,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
     camp.add_argument("--cell-timeout-s", type=float, default=bench_runner.DEFAULT_CELL_TIMEOUT_S)
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
+    camp.add_argument("--engine", choices=bench_runner.ENGINE_MODES, default="cold",
+                      help="cold: one `sglang generate` process per cell (default); warm: one resident engine per "
+                           "engine configuration serves every cell of the campaign (same flags, same gates)")
+    camp.add_argument("--warmup-requests", type=int, default=1,
+                      help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
 
 
 def build_parser() -> _runner.Parser:
@@ -105,6 +110,10 @@ def validate_run_args(args: argparse.Namespace) -> None:
     for bad, message in rejected:
         if bad:
             raise contract.UsageError("usage.rejected_combination", message, f"run '{TOOL} --help'")
+    if args.warmup_requests < 0 or (args.engine == "warm" and args.warmup_requests < 1 and not args.no_warmup):
+        raise contract.UsageError("usage.bad_warmup_requests", "--warmup-requests must be at least 1 with --engine "
+                                  "warm (a warm engine's first request pays for warmup)",
+                                  "use --warmup-requests 1, or --no-warmup to measure a cold first request")
     if args.bcg_text_buckets and any(b <= 0 for b in args.bcg_text_buckets):
         raise contract.UsageError("usage.bad_buckets", f"--bcg-text-buckets must be positive: {args.bcg_text_buckets}",
                                   "pass positive integers")
@@ -171,7 +180,7 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         model_cache_root=Path(args.model_cache_root) if args.model_cache_root else None,
         seed_caches=tuple(Path(p) for p in args.seed_model_cache_root), cleanup_model_cache=args.cleanup_model_cache,
         cleanup_ledger=Path(args.cleanup_ledger) if args.cleanup_ledger else None, write_report=args.report,
-        echo_engine=args.echo_engine)
+        echo_engine=args.echo_engine, engine_mode=args.engine, warmup_requests=args.warmup_requests)
 
 
 def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,

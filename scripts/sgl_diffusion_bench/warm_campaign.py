@@ -1,0 +1,402 @@
+"""Warm-engine campaigns: one resident engine per engine configuration, serving the campaign's requests in plan order.
+
+Arms whose commands differ only in per-request options (output paths, ports, seed, prompt) share an engine; arms
+that differ in an engine flag (eager vs BCG) get one engine each. All engines stay resident when memory allows (the
+first engine's footprint is measured before a second starts) and requests interleave exactly as planned (A/B/B/A);
+otherwise engines alternate in blocks of consecutive slots, restarting between blocks. Each engine is started, built
+and warmed the way a cold cell is (the same flags, so the same startup warmup), then serves ``warmup_requests``
+uncounted warm-up requests, then the measured ones. Every measured request is judged by the same code as a cold cell
+(``request_path.judge_request``), on its own log segment, perf dump and output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import command_builder, contract, log_gates, request_path, warm_engine
+from .cpu_adapter import sgl_cpu_adapter
+
+# Options that change per request, never the engine: they are left out of the engine key.
+REQUEST_ONLY_FLAGS = ("--perf-dump-path", "--output-path", "--output-file-name", "--master-port", "--scheduler-port",
+                      "--seed", "--prompt", "--negative-prompt", "--image-path", "--output-file-path")
+RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
+SCHEDULES = ("interleaved", "alternating_blocks")
+
+
+def split_flags(args: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
+    """(flag, values, original tokens) for ``--k=v``, ``--k v1 v2`` and bare ``--k``, in order."""
+    pairs: list[tuple[str, list[str], list[str]]] = []
+    for token in args:
+        if token.startswith("--"):
+            flag, eq, value = token.partition("=")
+            pairs.append((flag, [value] if eq else [], [token]))
+        elif pairs:
+            pairs[-1][1].append(token)
+            pairs[-1][2].append(token)
+        else:
+            pairs.append((token, [], [token]))
+    return pairs
+
+
+def engine_key(generate_args: Sequence[str], config_content: str | None) -> tuple[str, ...]:
+    """What must be equal for two requests to share an engine: every flag but the per-request ones; a config
+    file counts by its content (its path is per run)."""
+    key = []
+    for flag, values, _ in split_flags(generate_args):
+        if flag in REQUEST_ONLY_FLAGS:
+            continue
+        if flag == "--config":
+            values = [config_content or ""]
+        key.append(" ".join([flag, *values]))
+    return tuple(key)
+
+
+def with_request_paths(generate_args: Sequence[str], perf_dump: Path, output_dir: Path, stem: str) -> list[str]:
+    """The same request writing its perf dump and output elsewhere (the uncounted warm-up requests)."""
+    replace = {"--perf-dump-path": str(perf_dump), "--output-path": str(output_dir), "--output-file-name": stem}
+    out: list[str] = []
+    for flag, _, tokens in split_flags(generate_args):
+        out += [flag, replace[flag]] if flag in replace else tokens
+    return out
+
+
+@dataclasses.dataclass
+class EngineStart:
+    """One start of one engine configuration: what it cost and what it served."""
+
+    id: str
+    key_index: int
+    arms: list[str]
+    argv: list[str]
+    log_path: Path
+    started_at: str
+    load_s: float | None = None
+    warmup_s: float = 0.0
+    warmup_requests: int = 0
+    measured_s: float = 0.0
+    measured_requests: int = 0
+    shutdown_s: float | None = None
+    wall_s: float | None = None
+    memory_bytes: int | None = None
+    memory_kind: str = "process_rss"
+    status: str = "starting"  # starting | serving | failed | closed
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    captures: int = 0
+    first_measured_cell: int | None = None
+    engine: warm_engine.WarmEngine | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "arms": self.arms, "argv": self.argv, "log_path": str(self.log_path),
+                "started_at": self.started_at, "load_s": _r(self.load_s), "warmup_s": _r(self.warmup_s),
+                "warmup_requests": self.warmup_requests, "measured_s": _r(self.measured_s),
+                "measured_requests": self.measured_requests, "shutdown_s": _r(self.shutdown_s),
+                "wall_s": _r(self.wall_s), "memory_bytes": self.memory_bytes, "memory_kind": self.memory_kind,
+                "status": self.status, "reasons": self.reasons, "bcg_captures": self.captures,
+                "first_measured_cell": self.first_measured_cell}
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+class WarmCampaign:
+    """Runs a CampaignRunner's planned cells on warm engines; the runner keeps the cells and writes the report."""
+
+    def __init__(self, runner, prepared):
+        self.runner, self.prepared = runner, prepared
+        self.settings = runner.settings
+        self.cli_len = len(runner.cli_prefix)
+        keys: list[tuple[str, ...]] = []
+        self.key_of_cell: list[int] = []
+        for inv in runner.invocations:
+            key = engine_key(inv.argv[self.cli_len:], inv.config_content)
+            if key not in keys:
+                keys.append(key)
+            self.key_of_cell.append(keys.index(key))
+        self.keys = keys
+        self.starts: list[EngineStart] = []
+        self.resident: dict[int, EngineStart] = {}
+        self.failed: dict[int, EngineStart] = {}
+        self.residency: dict[str, Any] = {"engines_needed": len(keys), "checked": len(keys) < 2, "resident": True,
+                                          "reason": "one engine configuration" if len(keys) < 2 else None}
+        self.schedule = "interleaved"
+
+    # -- engines -------------------------------------------------------------------------------------------------
+
+    def _arms_of(self, key_index: int) -> list[str]:
+        return list(dict.fromkeys(c["arm"] for c, k in zip(self.runner.cells, self.key_of_cell) if k == key_index))
+
+    def _start(self, key_index: int) -> EngineStart:
+        runner = self.runner
+        first = self.key_of_cell.index(key_index)
+        inv = runner.invocations[first]
+        arm = runner.plan.arms[runner.cells[first]["arm"]]
+        number = len(self.starts) + 1
+        engine_dir = self.settings.output_root / f"{inv.run_id.split('__')[0]}__{self.settings.label}__warm-e{number}"
+        engine_dir.mkdir(parents=True, exist_ok=False)
+        if inv.config_path is not None:  # the engine reads the config of its first request at start
+            inv.config_path.parent.mkdir(parents=True, exist_ok=True)
+            inv.config_path.write_text(inv.config_content or "", encoding="utf-8")
+        argv = warm_engine.driver_argv(runner.engine_python, list(inv.argv[self.cli_len:]))
+        start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
+                            contract.utc_now())
+        self.starts.append(start)
+        print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)
+        engine = warm_engine.WarmEngine(start.id, argv, runner._child_env(inv, self.prepared), start.log_path,
+                                        cwd=engine_dir, echo=sys.stderr if self.settings.echo_engine else None)
+        start.engine = engine
+        engine.start()
+        gate = log_gates.RequestLogGate(runner.markers, bcg_expected=arm.bcg, quality=arm.quality,
+                                        require_native=True)
+        adapter_lines: list[dict[str, Any]] = []
+
+        def on_line(line: str) -> str | None:
+            announced = sgl_cpu_adapter.parse_announcement(line)
+            if announced:
+                adapter_lines.append(announced)
+            return gate.feed(line)
+
+        ready = engine.wait_ready(on_line, self.settings.cell_timeout_s)
+        start.load_s = ready.wall_s
+        if adapter_lines:
+            runner.adapter = {**adapter_lines[-1], "memory_kind": "process_rss"}
+        start.memory_kind = "process_rss" if adapter_lines and adapter_lines[-1]["active"] else "device"
+        verdict = gate.verdict()
+        start.captures = verdict.bcg.captured_graphs
+        # Startup shows loading and the engine's own warmup; BCG capture may come with the first request instead.
+        reasons = [f"{r.code}: {r.message}" for r in verdict.reasons if r.code != "bcg.no_capture"]
+        if ready.status != "ok":
+            reasons.insert(0, _segment_reason(ready, "while loading"))
+        for n in range(1, self.settings.warmup_requests + 1) if not reasons else ():
+            warm_dir = engine_dir / f"warmup{n}"
+            args = with_request_paths(inv.argv[self.cli_len:], warm_dir / "warmup.perf.json", warm_dir, "warmup")
+            judged, segment, _ = self._serve(start, arm, f"{start.id}-warmup{n}", args, warm_dir / "warmup.perf.json",
+                                             warm_dir, "warmup", warm_dir / "engine.log")
+            start.warmup_s += segment.wall_s
+            start.warmup_requests += 1
+            if judged.status != "valid":
+                reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged.status}: "
+                               + "; ".join(judged.reasons[:2]))
+                break
+        start.memory_bytes = self._footprint(start)
+        if reasons:
+            start.status, start.reasons = "failed", reasons
+            self.failed[key_index] = start
+            self._close(start)
+            print(f"[engine {start.id}] FAILED: {reasons[0]}", file=sys.stderr, flush=True)
+        else:
+            start.status = "serving"
+            print(f"[engine {start.id}] ready after {start.load_s:.1f} s load + {start.warmup_s:.1f} s warm-up",
+                  file=sys.stderr, flush=True)
+        return start
+
+    def _footprint(self, start: EngineStart) -> int | None:
+        engine = start.engine
+        if engine is None or engine.process is None:
+            return None
+        if self.runner.cuda_visible_devices is None:
+            return warm_engine.group_rss_bytes(engine.process.pid) or None
+        own = engine.pids()
+        used = [p for p in self.runner.gpu_processes() if p["pid"] in own]
+        known = [p["used_memory_bytes"] for p in used if p.get("used_memory_bytes") is not None]
+        return sum(known) if known else None
+
+    def _close(self, start: EngineStart) -> None:
+        if start.engine is not None and not start.engine.closed:
+            start.shutdown_s = start.engine.close()
+            start.wall_s = time.monotonic() - (start.engine.started_monotonic or time.monotonic())
+        if start.status == "serving":
+            start.status = "closed"
+        self.resident = {k: s for k, s in self.resident.items() if s is not start}
+
+    def close_all(self) -> None:
+        for start in self.starts:
+            self._close(start)
+
+    def _decide_residency(self, first: EngineStart) -> None:
+        """All engines resident when the measured footprint of the first fits the rest; else alternating blocks."""
+        others = len(self.keys) - 1
+        available = (warm_engine.available_memory_bytes() if self.runner.cuda_visible_devices is None
+                     else self.runner.gpu_free_bytes())
+        need = int(first.memory_bytes * others * RESIDENCY_MARGIN) if first.memory_bytes else None
+        resident = need is not None and available is not None and available >= need
+        self.residency.update(checked=True, first_engine_bytes=first.memory_bytes, available_bytes=available,
+                              needed_bytes=need, resident=resident, memory_kind=first.memory_kind,
+                              reason=("the other engine(s) fit beside the first" if resident else
+                                      "not enough free memory for every engine at once" if need and available
+                                      else "memory could not be measured: engines alternate to be safe"))
+        self.schedule = "interleaved" if resident else "alternating_blocks"
+
+    def _engine_for(self, key_index: int) -> EngineStart:
+        start = self.resident.get(key_index) or self.failed.get(key_index)
+        if start is not None and (start.status != "serving" or (start.engine is not None and start.engine.alive)):
+            return start  # a failed engine is not restarted: it would fail the same way, at the same cost
+        if self.schedule == "alternating_blocks":
+            for other in list(self.resident.values()):
+                self._close(other)
+        start = self._start(key_index)
+        self.resident[key_index] = start
+        if len(self.starts) == 1 and len(self.keys) > 1 and start.status == "serving":
+            self._decide_residency(start)
+            if self.schedule == "interleaved":  # start every engine before the first measured request
+                for other in range(len(self.keys)):
+                    if other not in self.resident:
+                        self.resident[other] = self._start(other)
+        return start
+
+    # -- requests ------------------------------------------------------------------------------------------------
+
+    def _serve(self, start: EngineStart, arm, request_id: str, args: list[str], perf_dump: Path, output_dir: Path,
+               stem: str, log_path: Path):
+        runner = self.runner
+        gate = log_gates.RequestLogGate(runner.markers, bcg_expected=arm.bcg, quality=arm.quality,
+                                        prior_captures=start.captures)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        segment = start.engine.serve(request_id, args, gate.feed, self.settings.cell_timeout_s)
+        log_path.write_text("".join(line + "\n" for line in segment.lines), encoding="utf-8")
+        verdict = gate.verdict()
+        recaptures = verdict.bcg.captured_graphs - start.captures
+        start.captures = verdict.bcg.captured_graphs
+        returncode = None
+        if segment.status == "exited" and start.engine.process is not None:
+            returncode = start.engine.process.poll()
+        judged = request_path.judge_request(
+            verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason, perf_dump_path=perf_dump,
+            output_paths=request_path.find_outputs(output_dir, stem), memory_kind=start.memory_kind)
+        if segment.status in ("error", "exited") and not segment.stop_reason:
+            judged = dataclasses.replace(judged, status="failed", reasons=(
+                _segment_reason(segment, "during this request"), *judged.reasons))
+        if segment.status in ("stopped", "timeout", "exited"):
+            start.status = "failed"
+            start.reasons.append(_segment_reason(segment, f"during request {request_id}"))
+            self.failed[start.key_index] = start
+            self._close(start)
+        extra = {"log": verdict, "segment": segment, "recaptures": recaptures}
+        return judged, segment, extra
+
+    def run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation, index: int) -> None:
+        runner = self.runner
+        key_index = self.key_of_cell[index]
+        start = self._engine_for(key_index)
+        arm = runner.plan.arms[cell["arm"]]
+        first = start.first_measured_cell is None
+        cell["engine"] = {"id": start.id, "first_measured": first and start.status == "serving", "recaptures": None}
+        cell["started_at"] = contract.utc_now()
+        cell["log_path"] = str(invocation.run_dir / "engine.log")
+        invocation.run_dir.mkdir(parents=True, exist_ok=False)
+        if start.status != "serving":
+            Path(cell["log_path"]).write_text("", encoding="utf-8")
+            cell.update(status="failed", reasons=[f"engine.not_serving: engine {start.id} did not start or stopped: "
+                                                  + "; ".join(start.reasons[:2])], wall_s=0.0,
+                        gates={"contention": {"checked": False}, "engine": start.id})
+            return
+        if invocation.config_path is not None:
+            invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
+        own = set().union(*(s.engine.pids() for s in self.starts if s.engine is not None and s.engine.alive))
+        before = runner.foreign_now(own)
+        judged, segment, extra = self._serve(start, arm, invocation.run_id, list(invocation.argv[self.cli_len:]),
+                                             invocation.perf_dump_path, invocation.output_dir,
+                                             invocation.output_file_stem, Path(cell["log_path"]))
+        after = runner.foreign_now(own)
+        if first:
+            start.first_measured_cell = cell["index"]
+        start.measured_s += segment.wall_s
+        start.measured_requests += 1
+        verdict = extra["log"]
+        cell["engine"]["recaptures"] = extra["recaptures"]
+        gates: dict[str, Any] = {"contention": {"checked": runner.foreign_check is not None, "before": before,
+                                                "after": after},
+                                 "log": verdict.to_json(),
+                                 "stop": {"reason": segment.stop_reason, "line": segment.stop_line,
+                                          "after_s": segment.stopped_after_s}}
+        status, reasons = request_path.with_contention(judged.status, judged.reasons, before, after)
+        cell.update(status=status, reasons=reasons, wall_s=round(segment.wall_s, 3), returncode=None,
+                    perf=judged.perf, outputs=list(judged.outputs), gates=gates)
+
+    # -- reporting -----------------------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
+                             self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
+                             self.settings.warmup_requests)
+
+
+def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
+    if segment.status == "timeout":
+        return f"engine.timeout: no answer {when} within the cell timeout"
+    if segment.status == "stopped":
+        return f"{segment.stop_reason}: engine stopped {when} on this line: {segment.stop_line}"
+    if segment.status == "error":
+        return f"engine.request_failed: the request raised {when}: {segment.error}"
+    return f"engine.exited: {segment.error or 'the engine exited'} {when}"
+
+
+def first_measured_effect(cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float) -> list[dict[str, Any]]:
+    """Per engine, the first measured request against the other measured requests of the same arm on that engine.
+
+    ``differs`` when it lies further from their median than both ``threshold_pct`` and the others' own spread."""
+    out = []
+    by_engine: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        if cell.get("engine") and cell["status"] == "valid" and (cell.get("perf") or {}).get(metric) is not None:
+            by_engine.setdefault(cell["engine"]["id"], []).append(cell)
+    for engine_id, served in by_engine.items():
+        first = next((c for c in served if c["engine"]["first_measured"]), None)
+        if first is None:
+            continue
+        rest = [c["perf"][metric] for c in served if c is not first]  # one engine serves one configuration
+        row: dict[str, Any] = {"engine": engine_id, "cell": first["index"], "arm": first["arm"],
+                               "value": first["perf"][metric], "others_median": None, "deviation_pct": None,
+                               "others_spread_pct": None, "differs": None}
+        if rest:
+            median = statistics.median(rest)
+            spread = max(abs(v - median) / median * 100 for v in rest) if median else None
+            deviation = (first["perf"][metric] - median) / median * 100 if median else None
+            row.update(others_median=round(median, 4), deviation_pct=_r(deviation), others_spread_pct=_r(spread))
+            if deviation is not None and spread is not None:
+                row["differs"] = abs(deviation) > max(threshold_pct, spread)
+        out.append(row)
+    return out
+
+
+def engines_block(mode: str, schedule: str, residency: dict[str, Any] | None, starts: list[dict[str, Any]],
+                  cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float,
+                  warmup_requests: int) -> dict[str, Any]:
+    """The report's ``engines`` block: how many engine processes ran and where their wall time went."""
+    wall = sum(s["wall_s"] or 0.0 for s in starts)
+    measured = sum(s["measured_s"] or 0.0 for s in starts)
+    in_requests = sum(((c.get("perf") or {}).get("e2e_ms") or 0.0) / 1000 for c in cells if c["status"] == "valid")
+    return {"mode": mode, "schedule": schedule, "residency": residency, "starts": starts,
+            "engine_starts": len(starts), "warmup_requests_per_start": warmup_requests,
+            "time": {"engine_wall_s": _r(wall), "loading_s": _r(sum(s["load_s"] or 0.0 for s in starts)),
+                     "warmup_s": _r(sum(s["warmup_s"] or 0.0 for s in starts)), "measured_wall_s": _r(measured),
+                     "measured_e2e_s": _r(in_requests),
+                     "measured_share": round(in_requests / wall, 5) if wall else None},
+            "first_measured": first_measured_effect(cells, metric, threshold_pct) if mode == "warm" else []}
+
+
+def cold_engines_block(cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float) -> dict[str, Any]:
+    """Cold mode in the same terms: one engine start per cell (a cell's wall covers load, warmup and request)."""
+    starts = [{"id": f"cell{c['index']}", "arms": [c["arm"]], "argv": c["argv"], "log_path": c["log_path"],
+               "started_at": c["started_at"], "load_s": None, "warmup_s": None, "warmup_requests": 0,
+               "measured_s": None, "measured_requests": 1, "shutdown_s": None, "wall_s": c["wall_s"],
+               "memory_bytes": None, "memory_kind": (c.get("perf") or {}).get("memory_kind") or "device",
+               "status": "closed" if c["status"] != "skipped" else "starting", "reasons": [], "bcg_captures": None,
+               "first_measured_cell": c["index"]} for c in cells if c["status"] != "skipped"]
+    return engines_block("cold", "one_process_per_cell", None, starts, cells, metric, threshold_pct, 0)
+
+
+@contextlib.contextmanager
+def warm_engines(runner, prepared):
+    campaign = WarmCampaign(runner, prepared)
+    try:
+        yield campaign
+    finally:
+        campaign.close_all()
+

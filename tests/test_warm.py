@@ -1,0 +1,113 @@
+"""Warm-engine campaigns: which requests share an engine, how a warm request is rewritten, the first-request flag,
+and (marker ``engine``) a real warm A/A on the CPU engine."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_script
+from sgl_diffusion_bench import warm_campaign
+from sgl_diffusion_bench.cli import _runner
+
+BASE = ["--backend=sglang", "--model-path=/m/tiny-FLUX.1-dev", "--prompt=a cat", "--seed=42", "--width=64",
+        "--quality=lossless", "--warmup-mode", "request"]
+
+
+def _request(n: int, *extra: str) -> list[str]:
+    return [*BASE, *extra, "--perf-dump-path", f"/o/r{n}/r{n}.perf.json", "--output-path", f"/o/r{n}",
+            "--output-file-name", f"r{n}", "--master-port", str(4000 + n), "--scheduler-port", str(5000 + n)]
+
+
+def test_requests_differing_only_in_per_request_options_share_an_engine():
+    a, b = warm_campaign.engine_key(_request(1), None), warm_campaign.engine_key(_request(2), None)
+    assert a == b
+    other_seed = [t.replace("--seed=42", "--seed=7") for t in _request(3)]
+    assert warm_campaign.engine_key(other_seed, None) == a  # the seed is a request option
+    bcg = warm_campaign.engine_key(_request(4, "--enable-breakable-cuda-graph", "--warmup-resolutions", "64x64"), None)
+    assert bcg != a  # an engine flag: eager and BCG never share an engine
+    quality = [t.replace("--quality=lossless", "--quality=high") for t in _request(5)]
+    assert warm_campaign.engine_key(quality, None) != a
+
+
+def test_a_config_file_counts_by_content_not_path():
+    one = warm_campaign.engine_key([*_request(1), "--config=/o/r1/c.json"], '{"a": 1}')
+    two = warm_campaign.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 1}')
+    assert one == two != warm_campaign.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 2}')
+
+
+def test_warmup_requests_write_elsewhere_and_keep_every_other_token():
+    args = warm_campaign.with_request_paths(_request(1), Path("/w/warmup.perf.json"), Path("/w"), "warmup")
+    assert args[args.index("--perf-dump-path") + 1] == "/w/warmup.perf.json"
+    assert args[args.index("--output-path") + 1] == "/w" and args[args.index("--output-file-name") + 1] == "warmup"
+    untouched = [t for t in _request(1) if not t.startswith("/o/") and t != "r1"]
+    assert [t for t in args if not t.startswith("/w") and t != "warmup"] == untouched
+
+
+def _cell(index, engine, first, value, arm="a"):
+    return {"index": index, "arm": arm, "status": "valid", "perf": {"e2e_ms": value},
+            "engine": {"id": engine, "first_measured": first, "recaptures": 0}}
+
+
+def test_the_first_measured_request_is_compared_with_the_rest_of_its_engine():
+    slow_first = [_cell(0, "e1", True, 130.0), _cell(1, "e1", False, 100.0), _cell(2, "e1", False, 101.0),
+                  _cell(3, "e1", False, 99.0)]
+    row, = warm_campaign.first_measured_effect(slow_first, "e2e_ms", 1.5)
+    assert row["differs"] and row["deviation_pct"] == pytest.approx(30.0) and row["others_median"] == 100.0
+    like_the_rest = [_cell(0, "e1", True, 100.5), *slow_first[1:]]
+    assert warm_campaign.first_measured_effect(like_the_rest, "e2e_ms", 1.5)[0]["differs"] is False
+
+
+CLI_MODULES = ["bench", "cache", "compare", "env", "profile", "report", "trace"]
+
+
+@pytest.mark.parametrize("name", CLI_MODULES)
+def test_no_cli_takes_an_option_prefix(name):
+    parsers = list(_all_parsers(importlib.import_module(f"sgl_diffusion_bench.cli.{name}").build_parser()))
+    assert parsers and all(p.allow_abbrev is False for p in parsers)
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _all_parsers(sub)
+
+
+def test_a_prefix_is_refused_not_taken_for_a_longer_option():
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--engine-cap", "recent", "--dry-run",
+                     "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "usage.invalid_arguments"
+    parsed = importlib.import_module("sgl_diffusion_bench.cli.bench").build_parser().parse_args(["--engine", "warm"])
+    assert parsed.engine == "warm" and parsed.engine_capabilities == "installed"
+    assert isinstance(_runner.new_parser("x", "y"), _runner.Parser)
+
+
+@pytest.mark.engine
+def test_a_warm_aa_campaign_uses_one_engine_and_judges_every_request(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "1",
+                     "--engine", "warm", "--label", "warm", "--output-dir", str(tmp_path), "--json", timeout=1800)
+    doc = run.document
+    assert run.returncode == 0 and doc["ok"], run.stderr[-3000:]
+    engines = doc["engines"]
+    assert engines["mode"] == "warm" and engines["engine_starts"] == 1 and engines["schedule"] == "interleaved"
+    start, = engines["starts"]
+    assert start["arms"] == ["a", "a-again"] and start["measured_requests"] == 4 and start["warmup_requests"] == 1
+    assert start["load_s"] > 0 and start["status"] == "closed"
+    cells = doc["cells"]
+    assert [c["status"] for c in cells] == ["valid"] * 4
+    assert [c["engine"]["first_measured"] for c in cells] == [True, False, False, False]
+    assert len({o["sha256"] for c in cells for o in c["outputs"]}) == 1
+    assert engines["first_measured"][0]["cell"] == 0
+    # each request's log is its own segment: the loading lines are in the engine's log only
+    first_log = Path(cells[0]["log_path"]).read_text()
+    assert "sgl-diffusion version" not in first_log and "Metrics dumped to" in first_log
+    assert "sgl-diffusion version" in Path(start["log_path"]).read_text()
+    warmup = Path(start["log_path"]).parent / "warmup1"
+    assert (warmup / "warmup.perf.json").is_file() and json.loads((warmup / "warmup.perf.json").read_text())
+    assert "[engine e1] ready after" in run.stderr
