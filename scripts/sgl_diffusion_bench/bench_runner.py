@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, log_gates,
-               model_cache, report, stats, validity, warm_campaign)
+               model_cache, report, run_claim, stats, validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
@@ -139,6 +139,7 @@ class CampaignRunner:
         self.adapter: dict[str, Any] | None = None
         self._prepared: model_cache.PreparedCache | None = None
         self.last_document: dict[str, Any] | None = None  # the report as last written (also after Ctrl-C)
+        self.claim: run_claim.RunClaim | None = None  # taken by check_fresh
 
     def _build(self, slot: campaign_mod.Slot, model_path: str | None,
                asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
@@ -168,6 +169,9 @@ class CampaignRunner:
         if missing:
             raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
                                              "run bench_diffusion_denoise.py --fetch-assets --json first")
+        # Atomic (O_EXCL + flock): a second campaign on this label now fails here, before anything runs.
+        self.claim = run_claim.claim_run(self.report_path, self.settings.label,
+                                         taken=[self.report_path, *(inv.run_dir for inv in self.invocations)])
 
     # -- running -------------------------------------------------------------------------------------------------
 
@@ -175,6 +179,8 @@ class CampaignRunner:
         """Run every cell; always returns the (possibly partial) report, re-raising KeyboardInterrupt after it."""
         progress = progress or Progress(len(self.cells))
         self.settings.output_root.mkdir(parents=True, exist_ok=True)
+        if self.claim is not None:
+            self.claim.mark_started()
         exit_reason = "error"
         try:
             with self._model_cache() as prepared, self._engines(prepared) as warm:
@@ -243,6 +249,10 @@ class CampaignRunner:
             if preflight.get("outcome") == "unknown_size":
                 self.warnings.append({"code": "cache.unknown_size", "message": "the model's size is unknown (no hub "
                                       "metadata, no cached snapshot): the download may fill the disk"})
+        if self.settings.cleanup_model_cache:  # what a killed run left is removed (and ledgered) first
+            for entry in model_cache.reclaim_stale_children(self.settings.model_cache_root, self._ledger_path()):
+                self.warnings.append({"code": "cache.reclaimed", "message": f"removed {entry['cache_dir']}, left "
+                                      f"by a run that died (clean: {entry['ok']})"})
         prepared = model_cache.prepare_child_cache(self.settings.model_cache_root, self.preset.name,
                                                    self.settings.label, self.settings.seed_caches)
         self._prepared = prepared
@@ -251,10 +261,13 @@ class CampaignRunner:
     def _finish(self, exit_reason: str) -> dict[str, Any]:
         prepared = self._prepared
         if prepared is not None and self.settings.cleanup_model_cache:
-            ledger = self.settings.cleanup_ledger or self.settings.output_root / "cleanup.jsonl"
-            self.cleanup_entry = model_cache.cleanup_child_cache(prepared.root, prepared.child, exit_reason, ledger,
+            self.cleanup_entry = model_cache.cleanup_child_cache(prepared.root, prepared.child, exit_reason,
+                                                                 self._ledger_path(),
                                                                  self.preset.name, self.settings.label)
         return self.write_report(final=True)
+
+    def _ledger_path(self) -> Path:
+        return self.settings.cleanup_ledger or self.settings.output_root / "cleanup.jsonl"
 
     def _child_env(self, invocation: command_builder.Invocation,
                    prepared: model_cache.PreparedCache | None) -> dict[str, str]:

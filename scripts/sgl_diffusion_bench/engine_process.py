@@ -1,7 +1,8 @@
 """Run one engine process (``sglang generate`` and the like) and watch its log as it happens.
 
 Generic on purpose: what a line means is the caller's business (``on_line``); this module only streams, records
-and stops. The engine gets its own session so that stopping it also stops the worker processes it spawned, and
+and stops. The engine gets its own session so that stopping it also stops the worker processes it spawned, it dies with
+us even when we are SIGKILLed (parent-death signal), and
 every line reaches the log file (redacted, flushed) before anyone acts on it, so nothing is lost on Ctrl-C.
 """
 
@@ -79,6 +80,43 @@ def port_args() -> list[str]:
     return ["--master-port", str(master), "--scheduler-port", str(scheduler)]
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn`` that ties the child to this process: when we die (even by SIGKILL) the kernel sends it
+    ``signum``. sglang's own workers already die with their CLI process, so this closes the chain runner -> engine
+    -> workers. Armed from the spawning thread (the kernel watches the thread), so spawn from a long-lived thread.
+    """
+    parent = os.getpid()
+
+    def arm() -> None:
+        if sys.platform == "linux":
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        if os.getppid() != parent:  # we died between fork and prctl: the signal will never come
+            os._exit(1)
+
+    return arm
+
+
+def spawn_group(argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """Popen in its own session/process group that dies with us (see die_with_parent)."""
+    return subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent(), **popen_kwargs)
+
+
+def run_tied(argv: list[str], env: dict[str, str], stdout=None) -> int:
+    """Run a command to completion in its own process group that dies with us; Ctrl-C or SIGTERM stops the whole
+    group before we leave, so a leased command never outlives its lease."""
+    process = spawn_group(argv, env=env, stdout=stdout, stdin=None)
+    try:
+        return process.wait()
+    finally:
+        if process.poll() is None or _group_alive(process.pid):
+            stop_group(process)
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -87,7 +125,7 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _stop_group(process: subprocess.Popen) -> None:
+def stop_group(process: subprocess.Popen) -> None:
     """SIGTERM the whole process group (workers included), give it STOP_GRACE_S, then SIGKILL what is left."""
     grace_s = STOP_GRACE_S
     with contextlib.suppress(ProcessLookupError):
@@ -117,9 +155,8 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
     stopper: list[threading.Thread] = []
 
     with open(log_path, "w", encoding="utf-8", errors="replace") as log:
-        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True, text=True,
-                                   encoding="utf-8", errors="replace", bufsize=1)
+        process = spawn_group(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, text=True, encoding="utf-8", errors="replace", bufsize=1)
 
         def request_stop(reason: str, line: str | None) -> None:
             """Record the first stop decision and stop the group in the background while the log drains."""
@@ -127,7 +164,7 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                 if stop or process.poll() is not None:
                     return
                 stop.update(reason=reason, line=line, after_s=time.monotonic() - start)
-                stopper.append(threading.Thread(target=_stop_group, args=(process,), daemon=True))
+                stopper.append(threading.Thread(target=stop_group, args=(process,), daemon=True))
             stopper[0].start()
 
         timer = threading.Timer(timeout_s, request_stop, (TIMEOUT_REASON, None)) if timeout_s is not None else None
@@ -147,7 +184,7 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                         request_stop(reason, line)
             process.wait()
         except KeyboardInterrupt as interrupt:
-            _stop_group(process)
+            stop_group(process)
             log.write("[run_engine] interrupted (Ctrl-C): engine process group stopped\n")
             interrupt.engine_run = EngineRun(  # type: ignore[attr-defined]  # what ran, for the caller's record
                 returncode=process.returncode, wall_s=time.monotonic() - start, stop_reason="interrupted",
@@ -157,7 +194,7 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
             if timer:
                 timer.cancel()
             if process.poll() is None:
-                _stop_group(process)
+                stop_group(process)
             for thread in stopper:
                 thread.join()
             process.stdout.close()

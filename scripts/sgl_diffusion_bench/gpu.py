@@ -2,6 +2,13 @@
 
 A lease is an ``flock`` on one lock file per GPU UUID: the kernel drops it when the holder dies, so a lock left
 by a dead process is free again (and reported as reclaimed). Two agents on one host never pick the same GPU.
+
+Lock files are opened with ``O_NOFOLLOW`` (a planted symlink is refused, never truncated through) and must be regular
+files. The default lock directory is per user (``$XDG_RUNTIME_DIR`` or ``/tmp/sglang-diffusion-gpu-locks-<uid>``,
+created 0700 and refused if anyone else could write it). On a host where several users share GPUs, point every user
+at one shared directory with ``SGLANG_DIFFUSION_GPU_LOCK_DIR`` (an admin creates it once, sticky and world-writable
+like /tmp: ``install -d -m 1777 /var/lock/sglang-diffusion-gpu``); there a lock file owned by another user is locked
+read-only, and its record is left as it is.
 """
 
 from __future__ import annotations
@@ -12,13 +19,28 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from . import contract
 
-DEFAULT_LOCK_DIR = Path(os.environ.get("SGLANG_DIFFUSION_GPU_LOCK_DIR", "/tmp/sglang-diffusion-gpu-locks"))
+LOCK_DIR_ENV = "SGLANG_DIFFUSION_GPU_LOCK_DIR"
+
+
+def default_lock_dir(environ: dict[str, str] | None = None) -> Path:
+    """The shared directory named by SGLANG_DIFFUSION_GPU_LOCK_DIR, else a per-user one."""
+    env = os.environ if environ is None else environ
+    if env.get(LOCK_DIR_ENV):
+        return Path(env[LOCK_DIR_ENV])
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "sglang-diffusion-gpu-locks"
+    return Path(f"/tmp/sglang-diffusion-gpu-locks-{os.getuid()}")
+
+
+DEFAULT_LOCK_DIR = default_lock_dir()
 IDLE_MAX_MEMORY_MIB = 32
 IDLE_MAX_UTILIZATION_PCT = 5
 MIB = 1024 * 1024
@@ -194,26 +216,85 @@ def _pid_alive(pid: int) -> bool:
 
 def lease_holder(uuid: str, lock_dir: Path = DEFAULT_LOCK_DIR) -> dict[str, Any] | None:
     """Who holds the lease on a GPU right now (its lock record), or None when nobody does."""
-    path = _lock_path(lock_dir, uuid)
-    if not path.exists():
+    try:
+        fd = _open_lock(_lock_path(Path(lock_dir), uuid), create=False)
+    except (OSError, contract.ToolError):
         return None
     try:
-        with open(path, "r+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return _read_record(path) or {"pid": None}
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return None
-    except OSError:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_record(fd) or {"pid": None}
+        fcntl.flock(fd, fcntl.LOCK_UN)
         return None
+    finally:
+        os.close(fd)
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def _read_record(fd: int) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text() or "null")
-    except (OSError, json.JSONDecodeError):
+        record = json.loads(os.pread(fd, 4096, 0).decode("utf-8") or "null")
+    except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
+
+
+def ensure_lock_dir(lock_dir: Path) -> Path:
+    """Create the lock directory (0700) or check an existing one: a real directory, and either ours and closed to
+    others, or a shared sticky one (like /tmp). Anything else is refused before any lock file is opened."""
+    try:
+        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(lock_dir)
+    except OSError as exc:
+        raise contract.PreconditionError(
+            "gpu.lock_dir_unusable", f"GPU lock directory {lock_dir} cannot be created: {exc.strerror}",
+            f"set {LOCK_DIR_ENV} to a directory you can write (see the shared-directory note in gpu.py)") from None
+    own = st.st_uid == os.getuid()
+    shared = bool(st.st_mode & stat.S_ISVTX)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        problem = "is a symlink or not a directory"
+    elif own and st.st_mode & 0o022 and not shared:
+        problem = "is writable by others but not sticky"
+    elif not own and not shared:
+        problem = f"belongs to uid {st.st_uid} and is not a shared sticky directory"
+    elif not os.access(lock_dir, os.W_OK | os.X_OK):
+        problem = "is not writable by you"
+    else:
+        return lock_dir
+    raise contract.PreconditionError(
+        "gpu.lock_dir_unsafe", f"GPU lock directory {lock_dir} {problem}",
+        f"unset {LOCK_DIR_ENV} for a per-user directory, or have an admin create a shared one with "
+        "'install -d -m 1777 DIR'")
+
+
+def _open_lock(path: Path, *, create: bool = True) -> int:
+    """An fd on the lock file: never through a symlink, only a regular file; ours read-write, another user's
+    (in a shared sticky directory) read-only, which flock accepts."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    while True:
+        try:
+            fd = os.open(path, flags | os.O_RDWR)
+        except PermissionError:
+            fd = os.open(path, flags | os.O_RDONLY)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:  # O_EXCL: never adopt a file someone planted between the two opens
+                fd = os.open(path, flags | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+        except OSError as exc:
+            if exc.errno == 40:  # ELOOP: the lock path is a symlink
+                raise contract.PreconditionError(
+                    "gpu.lock_file_unsafe", f"GPU lock file {path} is a symlink; it was not opened",
+                    "remove that symlink; lock files are regular files the tool creates itself") from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise contract.PreconditionError("gpu.lock_file_unsafe", f"GPU lock file {path} is not a regular file",
+                                             "remove it; lock files are regular files the tool creates itself")
+        return fd
 
 
 class GpuLease:
@@ -224,43 +305,45 @@ class GpuLease:
         self.label = label
         self.lock_dir = Path(lock_dir)
         self.reclaimed: list[dict[str, Any]] = []
-        self._handles: list[Any] = []
+        self._fds: list[int] = []
 
     def acquire(self) -> "GpuLease":
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        ensure_lock_dir(self.lock_dir)
         try:
             for uuid in self.uuids:
                 path = _lock_path(self.lock_dir, uuid)
-                handle = open(path, "a+")
+                fd = _open_lock(path)
                 try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    handle.close()
+                    record = _read_record(fd)
+                    os.close(fd)
                     raise contract.PreconditionError(
-                        "gpu.leased", f"GPU {uuid} is leased by another process: {_read_record(path)}",
+                        "gpu.leased", f"GPU {uuid} is leased by another process: {record}",
                         "pick other GPUs (print-idle-gpus skips leased ones) or wait for that campaign")
-                previous = _read_record(path)
+                self._fds.append(fd)
+                previous = _read_record(fd)
                 if previous and previous.get("pid") and not _pid_alive(int(previous["pid"])):
                     self.reclaimed.append({"uuid": uuid, "stale_pid": previous["pid"]})
-                handle.seek(0)
-                handle.truncate()
-                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "label": self.label,
-                           "since": contract.utc_now()}, handle)
-                handle.flush()
-                self._handles.append(handle)
+                if os.fstat(fd).st_uid == os.getuid():
+                    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "label": self.label,
+                                         "since": contract.utc_now()}).encode()
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, record, 0)
         except BaseException:
             self.release()
             raise
         return self
 
     def release(self) -> None:
-        for handle in self._handles:
+        for fd in self._fds:
             with contextlib.suppress(OSError):
-                handle.seek(0)
-                handle.truncate()
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
-        self._handles = []
+                if os.fstat(fd).st_uid == os.getuid():
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = []
 
     def __enter__(self) -> "GpuLease":
         return self.acquire()

@@ -68,9 +68,9 @@ class WarmEngine:
         secrets = contract.secret_values() + contract.secret_values(self.env)
         log = open(self.log_path, "w", encoding="utf-8", errors="replace")
         self.started_monotonic = time.monotonic()
-        self.process = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                        text=True, encoding="utf-8", errors="replace", bufsize=1)
+        self.process = engine_process.spawn_group(  # own group, dies with the runner even on SIGKILL
+            self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace", bufsize=1)
 
         def read() -> None:
             try:

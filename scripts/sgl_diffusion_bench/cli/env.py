@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from .. import contract, env, gpu, selftest
+from .. import contract, engine_process, env, gpu, selftest
 from . import _runner
 
 TOOL = "diffusion_skill_env"
@@ -88,7 +87,8 @@ def _lease(args: argparse.Namespace, options: dict) -> _runner.Result:
         print(f"[lease] GPUs {[g.index for g in gpus]} held for: {' '.join(cmd)}", file=sys.stderr)
         try:
             # The child's stdout is ours only without --json: one JSON document must stay alone on stdout.
-            rc = subprocess.call(cmd, env=child_env, stdout=sys.stderr if getattr(args, "json", False) else None)
+            # Own process group, dies with us (even on SIGKILL): the command never runs on an unleased GPU.
+            rc = engine_process.run_tied(cmd, child_env, stdout=sys.stderr if getattr(args, "json", False) else None)
         except FileNotFoundError as exc:
             raise contract.UsageError("usage.command_not_found", f"command not found: {cmd[0]}",
                                       "check the command after --") from exc

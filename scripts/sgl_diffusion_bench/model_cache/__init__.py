@@ -6,7 +6,7 @@ The public names stay importable from ``sgl_diffusion_bench.model_cache``.
 """
 
 from .cleanup import (EXIT_REASONS, RESIDUAL_SAMPLE_LIMIT, CleanupPlan, Remover, cleanup_child_cache,
-                      execute_cleanup, plan_cleanup, remove_entry, rescan_residual)
+                      execute_cleanup, plan_cleanup, reclaim_stale_children, remove_entry, rescan_residual)
 from .layout import (MANIFEST_NAME, MARKER_NAME, MARKER_TEXT, cache_environment, child_name, protected_paths,
                      resolve_root, resolve_seed_hub, safe_name)
 from .preflight import DEFAULT_HEADROOM_BYTES, DEFAULT_HUB_TIMEOUT_S, disk_preflight
@@ -18,5 +18,5 @@ __all__ = ["COPIED_REPO_SUBDIRS", "DEFAULT_HEADROOM_BYTES", "DEFAULT_HUB_TIMEOUT
            "MARKER_NAME", "MARKER_TEXT", "RESIDUAL_SAMPLE_LIMIT", "WEIGHT_SUFFIXES", "CleanupPlan", "PreparedCache",
            "Remover", "SeedOverlay", "TreeEntry", "cache_environment", "child_name", "cleanup_child_cache",
            "compute_stats", "disk_preflight", "execute_cleanup", "fingerprint_tree", "hf_scan", "overlay_seed",
-           "plan_cleanup", "prepare_child_cache", "protected_paths", "remove_entry", "rescan_residual",
-           "resolve_root", "resolve_seed_hub", "safe_name", "verify_ledger", "walk_tree"]
+           "plan_cleanup", "prepare_child_cache", "protected_paths", "reclaim_stale_children", "remove_entry",
+           "rescan_residual", "resolve_root", "resolve_seed_hub", "safe_name", "verify_ledger", "walk_tree"]

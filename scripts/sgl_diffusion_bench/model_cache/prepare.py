@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import contract, fileio
+from .. import contract, fileio, owner
 from .layout import (MANIFEST_NAME, MARKER_NAME, MARKER_TEXT, _marker_ok, cache_environment, child_name,
                      resolve_root, resolve_seed_hub)
 from .tree import fingerprint_tree
@@ -137,7 +137,7 @@ def _fill_child(resolved_root: Path, child: Path, model: str, label: str, seeds:
     env = cache_environment(child)
     manifest = {"manifest_version": 1, "model": model, "label": label, "root": str(resolved_root),
                 "child": str(child), "created_at": contract.utc_now(), "created_at_unix_s": time.time(),
-                "state": "preparing", "seed_caches": [], "env": env}
+                "state": "preparing", "seed_caches": [], "env": env, "owner": owner.record()}
     manifest_path = child / MANIFEST_NAME
     _write_json(manifest_path, manifest)  # first, so a half-prepared child is still recognisably ours
     overlays = []
