@@ -52,7 +52,7 @@ def walk_tree(top: Path) -> list[TreeEntry]:
             except FileNotFoundError:
                 continue
             if stat.S_ISLNK(st.st_mode):
-                entries.append(TreeEntry(path, "link", st.st_size, os.path.realpath(path)))
+                entries.append(TreeEntry(path, "link", st.st_size, _realpath(path)))
             elif stat.S_ISDIR(st.st_mode):
                 entries.append(TreeEntry(path, "dir", 0))
                 stack.append(path)
@@ -61,6 +61,14 @@ def walk_tree(top: Path) -> list[TreeEntry]:
             else:
                 entries.append(TreeEntry(path, "other", 0))
     return entries
+
+
+def _realpath(path: Path) -> str | None:
+    """realpath, or None when the tree changes under it (a name swapped between lstat and readlink)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return None
 
 
 def _has_weight_suffix(name: str) -> bool:
@@ -72,8 +80,11 @@ def _has_weight_magic(path: Path, size: int) -> bool:
     if size < 8:
         return False
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(9)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            head = os.read(fd, 9) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
     except OSError:
         return False
     if head[:4] == b"GGUF":
@@ -99,7 +110,7 @@ def compute_stats(top: Path, entries: Sequence[TreeEntry]) -> dict[str, int]:
         else:
             stats["file_count"] += 1
             stats["total_bytes"] += e.size_bytes
-            if (_has_weight_suffix(e.path.name) or os.path.realpath(e.path) in weight_targets
+            if (_has_weight_suffix(e.path.name) or _realpath(e.path) in weight_targets
                     or _has_weight_magic(e.path, e.size_bytes)):
                 stats["weight_file_count"] += 1
                 stats["weight_bytes"] += e.size_bytes
