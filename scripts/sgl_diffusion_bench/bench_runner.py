@@ -53,6 +53,7 @@ class CampaignSettings:
     echo_engine: bool = False
     engine_mode: str = "cold"  # cold: one `sglang generate` per cell; warm: resident engines serve the cells
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
+    warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
@@ -228,6 +229,13 @@ class CampaignRunner:
         from . import gpu
 
         return gpu.foreign_processes(self.leased_gpu_uuids, own_pids=set()) if self.leased_gpu_uuids else []
+
+    def gpu_memory_used(self) -> dict[str, int]:
+        """Used memory per leased GPU (uuid -> bytes), where NVML can tell."""
+        from . import gpu
+
+        return {g.uuid: g.memory_used_bytes for g in gpu.read_inventory().gpus
+                if g.uuid in self.leased_gpu_uuids and g.memory_used_bytes is not None}
 
     def gpu_free_bytes(self) -> int | None:
         """The least free memory over the leased GPUs, None where NVML cannot tell."""

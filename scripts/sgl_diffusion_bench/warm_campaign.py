@@ -26,7 +26,7 @@ from .cpu_adapter import sgl_cpu_adapter
 REQUEST_ONLY_FLAGS = ("--perf-dump-path", "--output-path", "--output-file-name", "--master-port", "--scheduler-port",
                       "--seed", "--prompt", "--negative-prompt", "--image-path", "--output-file-path")
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
-SCHEDULES = ("interleaved", "alternating_blocks")
+SCHEDULES = ("auto", "interleaved", "alternating_blocks")  # auto: interleaved when every engine fits at once
 
 
 def split_flags(args: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
@@ -90,6 +90,7 @@ class EngineStart:
     captures: int = 0
     first_measured_cell: int | None = None
     engine: warm_engine.WarmEngine | None = None
+    adapter_lines: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "arms": self.arms, "argv": self.argv, "log_path": str(self.log_path),
@@ -123,6 +124,7 @@ class WarmCampaign:
         self.starts: list[EngineStart] = []
         self.resident: dict[int, EngineStart] = {}
         self.failed: dict[int, EngineStart] = {}
+        self.own_gpu_pids: set[int] = set()
         self.residency: dict[str, Any] = {"engines_needed": len(keys), "checked": len(keys) < 2, "resident": True,
                                           "reason": "one engine configuration" if len(keys) < 2 else None}
         self.schedule = "interleaved"
@@ -151,22 +153,17 @@ class WarmCampaign:
         engine = warm_engine.WarmEngine(start.id, argv, runner._child_env(inv, self.prepared), start.log_path,
                                         cwd=engine_dir, echo=sys.stderr if self.settings.echo_engine else None)
         start.engine = engine
+        gpu_before = self._gpu_snapshot()
         engine.start()
         gate = log_gates.RequestLogGate(runner.markers, bcg_expected=arm.bcg, quality=arm.quality,
                                         require_native=True)
-        adapter_lines: list[dict[str, Any]] = []
 
         def on_line(line: str) -> str | None:
-            announced = sgl_cpu_adapter.parse_announcement(line)
-            if announced:
-                adapter_lines.append(announced)
+            self._note_adapter(start, line)
             return gate.feed(line)
 
         ready = engine.wait_ready(on_line, self.settings.cell_timeout_s)
         start.load_s = ready.wall_s
-        if adapter_lines:
-            runner.adapter = {**adapter_lines[-1], "memory_kind": "process_rss"}
-        start.memory_kind = "process_rss" if adapter_lines and adapter_lines[-1]["active"] else "device"
         verdict = gate.verdict()
         start.captures = verdict.bcg.captured_graphs
         # Startup shows loading and the engine's own warmup; BCG capture may come with the first request instead.
@@ -184,7 +181,7 @@ class WarmCampaign:
                 reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged.status}: "
                                + "; ".join(judged.reasons[:2]))
                 break
-        start.memory_bytes = self._footprint(start)
+        start.memory_bytes = self._footprint(start, gpu_before)
         if reasons:
             start.status, start.reasons = "failed", reasons
             self.failed[key_index] = start
@@ -196,16 +193,37 @@ class WarmCampaign:
                   file=sys.stderr, flush=True)
         return start
 
-    def _footprint(self, start: EngineStart) -> int | None:
+    def _note_adapter(self, start: EngineStart, line: str) -> None:
+        """The CPU adapter's lines of this engine (it may patch lazily, so requests add lines too)."""
+        if sgl_cpu_adapter.TAG not in line:
+            return
+        start.adapter_lines.append(line)
+        adapter = sgl_cpu_adapter.summarize(start.adapter_lines)
+        if adapter is not None:
+            self.runner.adapter = adapter
+            # memory figures are the engine's own unless the adapter's torch.cpu stand-in produced them
+            start.memory_kind = "process_rss" if adapter["memory_source"] == "process_rss" else "device"
+
+    def _gpu_snapshot(self) -> tuple[set[int], dict[str, int]] | None:
+        """GPU process ids and used memory per leased GPU (None on CPU)."""
+        if self.runner.cuda_visible_devices is None:
+            return None
+        return {p["pid"] for p in self.runner.gpu_processes()}, self.runner.gpu_memory_used()
+
+    def _footprint(self, start: EngineStart, gpu_before: tuple[set[int], dict[str, int]] | None) -> int | None:
+        """What this engine holds: its process group's RSS on CPU; on GPU the growth of used memory on the
+        busiest leased GPU since just before it started (NVML pids may belong to another pid namespace, so GPU
+        processes that appeared during the start are recorded as ours for the contention check)."""
         engine = start.engine
         if engine is None or engine.process is None:
             return None
-        if self.runner.cuda_visible_devices is None:
+        if gpu_before is None:
             return warm_engine.group_rss_bytes(engine.process.pid) or None
-        own = engine.pids()
-        used = [p for p in self.runner.gpu_processes() if p["pid"] in own]
-        known = [p["used_memory_bytes"] for p in used if p.get("used_memory_bytes") is not None]
-        return sum(known) if known else None
+        pids_before, used_before = gpu_before
+        pids_after, used_after = self._gpu_snapshot()
+        self.own_gpu_pids |= pids_after - pids_before
+        growth = [used_after[u] - used_before[u] for u in used_after if u in used_before]
+        return max(growth) if growth and max(growth) > 0 else None
 
     def _close(self, start: EngineStart) -> None:
         if start.engine is not None and not start.engine.closed:
@@ -221,6 +239,11 @@ class WarmCampaign:
 
     def _decide_residency(self, first: EngineStart) -> None:
         """All engines resident when the measured footprint of the first fits the rest; else alternating blocks."""
+        if self.settings.warm_schedule != "auto":
+            self.schedule = self.settings.warm_schedule
+            self.residency.update(checked=False, resident=self.schedule == "interleaved",
+                                  reason=f"--warm-schedule {self.schedule} chosen by the caller")
+            return
         others = len(self.keys) - 1
         available = (warm_engine.available_memory_bytes() if self.runner.cuda_visible_devices is None
                      else self.runner.gpu_free_bytes())
@@ -258,7 +281,12 @@ class WarmCampaign:
         gate = log_gates.RequestLogGate(runner.markers, bcg_expected=arm.bcg, quality=arm.quality,
                                         prior_captures=start.captures)
         output_dir.mkdir(parents=True, exist_ok=True)
-        segment = start.engine.serve(request_id, args, gate.feed, self.settings.cell_timeout_s)
+
+        def on_line(line: str) -> str | None:
+            self._note_adapter(start, line)
+            return gate.feed(line)
+
+        segment = start.engine.serve(request_id, args, on_line, self.settings.cell_timeout_s)
         log_path.write_text("".join(line + "\n" for line in segment.lines), encoding="utf-8")
         verdict = gate.verdict()
         recaptures = verdict.bcg.captured_graphs - start.captures
@@ -298,7 +326,7 @@ class WarmCampaign:
             return
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        own = set().union(*(s.engine.pids() for s in self.starts if s.engine is not None and s.engine.alive))
+        own = self.own_gpu_pids.union(*(s.engine.pids() for s in self.starts if s.engine is not None and s.engine.alive))
         before = runner.foreign_now(own)
         judged, segment, extra = self._serve(start, arm, invocation.run_id, list(invocation.argv[self.cli_len:]),
                                              invocation.perf_dump_path, invocation.output_dir,

@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly,
-               presets, selftest)
+from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly, presets,
+               selftest, warm_campaign)
 from . import _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -73,6 +73,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                            "engine configuration serves every cell of the campaign (same flags, same gates)")
     camp.add_argument("--warmup-requests", type=int, default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
+    camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
+                      help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
+                           "resident and interleaves requests A/B/B/A when memory allows, else alternates blocks")
 
 
 def build_parser() -> _runner.Parser:
@@ -180,7 +183,8 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         model_cache_root=Path(args.model_cache_root) if args.model_cache_root else None,
         seed_caches=tuple(Path(p) for p in args.seed_model_cache_root), cleanup_model_cache=args.cleanup_model_cache,
         cleanup_ledger=Path(args.cleanup_ledger) if args.cleanup_ledger else None, write_report=args.report,
-        echo_engine=args.echo_engine, engine_mode=args.engine, warmup_requests=args.warmup_requests)
+        echo_engine=args.echo_engine, engine_mode=args.engine, warmup_requests=args.warmup_requests,
+        warm_schedule=args.warm_schedule)
 
 
 def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,
