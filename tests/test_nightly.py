@@ -22,8 +22,9 @@ def test_the_reference_config_passes_with_unknowns_reported_unverified():
     result = _check(nightly.load_config(CONFIG))
     assert result["ok"] and result["order_ok"] and result["problems"] == []
     minimax = next(r for r in result["presets"] if r["preset"] == "minimax-h3-t2va")
-    assert [u["field"] for u in minimax["unverified"]] == ["prompt", "config_overrides.target"]
-    assert sum(len(r["unverified"]) for r in result["presets"]) == 2
+    assert [u["field"] for u in minimax["unverified"]] == ["prompt"]  # the bundle's own text, never "matching"
+    assert "prompt_source: bundle" in minimax["unverified"][0]["reason"]
+    assert sum(len(r["unverified"]) for r in result["presets"]) == 1
 
 
 def _case(config, case_id):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,10 @@ def test_facts_from_the_reference_table():
     assert get("longcat-image-edit").prompt == "Make the cat wear a red hat."
     assert get("qwen-edit").prompt == "Make the cat wear a red hat"
     assert get("minimax-h3-t2va").seed == 1101 and get("minimax-h3-t2va").force_eager
-    assert get("ltx23-one-stage").seed == 1234 and "negative_prompt" in get("ltx23-one-stage").unknown_fields
+    assert get("ltx23-one-stage").seed == 1234 and get("ltx23-one-stage").prompt_source == "bundle"
+    assert get("minimax-h3-t2va").config_overrides["target"] == {"short_edge": 768, "aspect_ratio": "16:9",
+                                                                 "duration_seconds": 5.0}
+    assert "--adjust-frames=false" in get("mova-720p").extra_args
     assert get("cosmos3-edge-t2i").env == {"SGLANG_DISABLE_COSMOS3_GUARDRAILS": "1"}
     assert get("lingbot-world").config_overrides == {"actions": [["w"]] * 9}
     assert get("longcat-image-edit").bcg_warmup_resolutions == ("1264x848",)
@@ -110,10 +114,13 @@ def test_filters():
 def test_render_preset_table_lists_every_preset():
     table = presets.render_preset_table()
     lines = table.strip().splitlines()
-    assert len(lines) == 2 + 80
-    for p in presets.load_presets():
+    catalog = presets.load_presets()
+    assert len(lines) == 2 + len(catalog)
+    for p in catalog:
         assert f"| {p.position} | `{p.name}` |" in table
-    assert "no: unknown prompt" in table
+    assert "yes (bundle prompt)" in table
+    incomplete = dataclasses.replace(catalog[0], prompt=None, unknown_fields=("prompt",))
+    assert "no: unknown prompt" in presets.render_preset_table([incomplete])
 
 
 def test_list_models_cli_filters_and_validates():
@@ -124,3 +131,15 @@ def test_list_models_cli_filters_and_validates():
     assert [p["name"] for p in doc["presets"]] == [n for n in NIGHTLY_ORDER if presets.get_preset(n).num_gpus <= 2]
     run = run_script("bench_diffusion_denoise", "--list-models", "--task", "t2va", "--json")
     assert [p["name"] for p in run.document["presets"]] == ["minimax-h3-t2va", "fasth3-t2va-vsa"]
+
+
+def test_every_preset_is_complete_and_bundle_prompts_say_so():
+    """Properties, not counts: a preset with a summarised prompt carries the bundle's own text and says so."""
+    for p in presets.load_presets():
+        assert p.complete, (p.name, p.unknown_fields)
+        assert p.prompt, p.name
+        assert p.prompt_source in ("reference", "bundle")
+        if p.prompt_summary:  # the reference only summarises: the text is ours
+            assert p.prompt_source == "bundle", p.name
+    listed = run_script("bench_diffusion_denoise", "--list-models", "--json").document
+    assert all(row["complete"] and row["prompt_source"] for row in listed["presets"])

@@ -2,7 +2,8 @@
 
 Implements the reference's `--validate-nightly-alignment` (upstream-skill §2.12): case order, model path, prompt,
 image presence, seed, env, generated request config and the CLI comparison with its token parsing rules. Fields the
-catalog cannot know (listed in a preset's ``unknown_fields``) are reported as unverified, never as matching.
+catalog cannot know (listed in a preset's ``unknown_fields``, or a prompt that is the bundle's own text) are reported
+as unverified, never as matching.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def check_preset(preset: Preset, case: Mapping[str, Any]) -> tuple[list[dict[str
                 preset.model, case.get("model"))
     if "prompt" in preset.unknown_fields:
         unverified.append({"field": "prompt", "reason": "the catalog does not know this preset's prompt"})
+    elif preset.prompt_source == "bundle":
+        unverified.append({"field": "prompt", "reason": "the preset's prompt is the bundle's own text of the "
+                           "content the reference describes (prompt_source: bundle), not the case's"})
     elif preset.prompt != case.get("prompt"):
         problem("prompt", f"prompt differs: preset {preset.prompt!r} vs case {case.get('prompt')!r}",
                 preset.prompt, case.get("prompt"))

@@ -36,6 +36,7 @@ class Preset:
     gated: bool = False
     prompt: str | None = None
     prompt_summary: str | None = None
+    prompt_source: str = "reference"  # "bundle": our own text of the described content (not upstream's request)
     negative_prompt: str | None = None
     negative_prompt_summary: str | None = None
     asset: str | None = None
@@ -91,6 +92,7 @@ class Preset:
         return {"name": self.name, "position": self.position, "model": self.model, "local_model": self.local_model,
                 "task": self.task, "tags": list(self.all_tags), "gated": self.gated, "num_gpus": self.num_gpus,
                 "nightly_case_id": self.nightly_case_id, "prompt": self.prompt, "prompt_summary": self.prompt_summary,
+                "prompt_source": self.prompt_source,
                 "negative_prompt": self.negative_prompt, "asset": self.asset, "seed": self.seed,
                 **{f: getattr(self, f) for f in SHAPE_FIELDS}, "extra_args": list(self.extra_args),
                 "env": dict(self.env), "config_overrides": self.config_overrides,
@@ -191,7 +193,8 @@ def render_preset_table(presets: Iterable[Preset] | None = None) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for p in catalog:
         tags = ", ".join(t for t in p.all_tags if t not in (p.task, f"gpus-{p.num_gpus}"))
-        buildable = "yes" if p.complete else "no: unknown " + ", ".join(p.unknown_fields)
+        buildable = ("yes" + (" (bundle prompt)" if p.prompt_source == "bundle" else "") if p.complete
+                     else "no: unknown " + ", ".join(p.unknown_fields))
         lines.append(f"| {p.position} | `{p.name}` | {p.task} | `{p.model_label}` | {p.num_gpus} | "
                      f"{p.nightly_case_id or '-'} | {_shape(p)} | {tags or '-'} | {buildable} |")
     return "\n".join(lines) + "\n"
