@@ -159,3 +159,41 @@ def test_a_noisy_machine_supports_no_verdict():
     change = stats.metric_change(cells, "a", "a-again", "e2e_ms")
     assert change["verdict"] == "insufficient-data" and change["reason"].startswith("unstable:")
     assert change["change_pct"] is not None  # the figures are still reported, only the verdict is withheld
+
+
+def test_a_noisy_aa_campaign_still_reports_its_noise_floor_and_next_step():
+    """The same contended A/A: no verdict, but the noise floor and what it would take are always given."""
+    e2e = [1295.9, 1492.2, 1367.6, 35.6, 1565.0, 3355.6, 3464.0, 2223.8]
+    arms = ["a", "a-again", "a-again", "a"] * 2
+    cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e))]
+    comparison = stats.summarize(cells, ["a", "a-again"], "a", "a-again")["comparison"]
+    assert comparison["verdict"] == "insufficient-data"
+    floor = comparison["metrics"]["e2e_ms"]["noise_floor"]
+    a = stats.describe([e2e[i] for i in (0, 3, 4, 7)])
+    assert floor["baseline_cv_pct"] == pytest.approx(a["cv_pct"]) and floor["n_baseline"] == 4
+    assert floor["change_ci_low_pct"] < 0 < floor["change_ci_high_pct"] or floor["change_ci_low_pct"] > 0
+    # two-sample normal approximation: (z_.975 + z_.80) * sqrt(cv_a^2/n_a + cv_b^2/n_b)
+    cv_b = stats.describe([e2e[i] for i in (1, 2, 5, 6)])["cv_pct"]
+    z = 1.959964 + 0.841621
+    assert floor["min_detectable_effect_pct"] == pytest.approx(z * (a["cv_pct"] ** 2 / 4 + cv_b ** 2 / 4) ** 0.5, 1e-4)
+    needed = floor["samples_per_arm_needed"]
+    assert needed == pytest.approx(z ** 2 * (a["cv_pct"] ** 2 + cv_b ** 2) / 1.5 ** 2, abs=1)
+    assert floor["more_samples_per_arm"] == needed - 4 and floor["rounds_needed"] == -(-needed // 2)
+    assert "quiet the machine" in comparison["next_step"] and f"--rounds {floor['rounds_needed']}" in comparison[
+        "next_step"]
+
+
+def test_the_seed_campaign_noise_floor_and_no_next_step_when_judged():
+    comparison = stats.summarize(seed_cells(), ["eager", "bcg"], "eager", "bcg",
+                                 primary_metric="denoise_ms")["comparison"]
+    assert comparison["verdict"] == "improved" and comparison["next_step"] is None
+    floor = comparison["metrics"]["denoise_ms"]["noise_floor"]
+    assert floor["min_detectable_effect_pct"] < 1.0  # CV ~0.2-0.3%: this campaign resolves sub-percent changes
+    assert floor["more_samples_per_arm"] == 0
+
+
+def test_one_cell_per_arm_has_no_floor_but_says_what_to_do():
+    cells = [cell(0, "A", 1, 1000), cell(1, "B", 1, 990)]
+    comparison = stats.summarize(cells, ["A", "B"], "A", "B")["comparison"]
+    assert comparison["metrics"]["e2e_ms"]["noise_floor"]["min_detectable_effect_pct"] is None
+    assert comparison["verdict"] == "insufficient-data" and "--rounds 2" in comparison["next_step"]

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, log_gates,
-               model_cache, report, run_claim, stats, validity, warm_campaign)
+from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, host_load,
+               log_gates, model_cache, report, run_claim, stats, validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
@@ -76,6 +76,18 @@ def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy:
     assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(env_set.items())]
     assignments += [f'{target}="${source}"' for target, source in sorted(env_copy.items())]
     return " \\\n  ".join([*assignments, *map(shlex.quote, argv)])
+
+
+def host_contention(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Which cells ran while other processes kept the host busy (flagged, still counted; see host_load)."""
+    sampled = [c for c in cells if (c.get("gates") or {}).get("host")]
+    flagged = [c["index"] for c in sampled if c["gates"]["host"]["contended"]]
+    note = (f"{len(flagged)} of {len(sampled)} cells ran while other processes were busy on this host (cells "
+            f"{', '.join(map(str, flagged))}): their spread is partly the machine's, not the change's; re-run on a "
+            "quiet host before claiming a small effect" if flagged else
+            f"no other busy process at any of the {len(sampled)} sampled cells' boundaries" if sampled else
+            "no cell sampled yet")
+    return {"sampled_cells": len(sampled), "contended_cells": flagged, "note": note}
 
 
 class Progress:
@@ -296,6 +308,7 @@ class CampaignRunner:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
         gates: dict[str, Any] = {"contention": {"checked": self.foreign_check is not None}}
         before = self.foreign_check() if self.foreign_check else []
+        host_before = host_load.sample()
         gate = log_gates.RequestLogGate(self.markers, bcg_expected=arm.bcg, quality=arm.quality, require_native=True)
         adapter_lines: list[str] = []
 
@@ -312,6 +325,7 @@ class CampaignRunner:
                                         echo=sys.stderr if self.settings.echo_engine else None,
                                         cwd=invocation.run_dir)  # the engine records the git commit of its cwd
         after = self.foreign_check() if self.foreign_check else []
+        host_after = host_load.sample()
         verdict = gate.verdict()
         adapter = sgl_cpu_adapter.summarize(adapter_lines)
         if adapter is not None:
@@ -325,6 +339,7 @@ class CampaignRunner:
         gates.update(log=verdict.to_json(), stop={"reason": run.stop_reason, "line": run.stop_line,
                                                    "after_s": run.stopped_after_s})
         gates["contention"].update(before=before, after=after)
+        gates["host"] = host_load.gate(host_before, host_after)
         status, reasons = with_contention(judged.status, judged.reasons, before, after)
         cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
                     perf=judged.perf, outputs=list(judged.outputs), gates=gates)
@@ -343,6 +358,7 @@ class CampaignRunner:
                                   threshold_pct=self.settings.threshold_pct,
                                   primary_metric=self.settings.primary_metric)
         summary["output_quality"] = output_quality
+        summary["host_contention"] = host_contention(self.cells)
         validity.apply_to_comparison(summary["comparison"], output_quality)
         return summary
 

@@ -156,6 +156,9 @@ def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) ->
                   f"{comparison['verdict']}** — {primary['reason']}.",
               f"Rule: {comparison['rule']} Interval: {comparison['bootstrap']['method']}, "
               f"{comparison['bootstrap']['resamples']} resamples, seed {comparison['bootstrap']['seed']}."]
+    lines += render_noise_floor(primary)
+    if comparison.get("next_step"):
+        lines.append(f"**Next step:** {comparison['next_step']}.")
     for name in (comparison["baseline_arm"], comparison["candidate_arm"]):
         dist = arms[name]["e2e_ms"]
         if dist["n"]:
@@ -163,6 +166,20 @@ def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) ->
             lines.append(f"- {name}: n={dist['n']}, E2E median {_fmt(_s(dist['median']), 6)} s, CV {cv}, "
                          f"range {_fmt(_s(dist['min']), 6)}–{_fmt(_s(dist['max']), 6)} s")
     return lines
+
+
+def render_noise_floor(metric: Mapping[str, Any]) -> list[str]:
+    """One line: what this many samples can resolve (also when the verdict is insufficient-data)."""
+    floor = metric.get("noise_floor")
+    if not floor or floor["min_detectable_effect_pct"] is None:
+        return [f"Noise floor ({metric['metric']}): not measurable yet (needs 2 valid cells per arm)."]
+    conf, power = floor["confidence"] * 100, floor["power"] * 100
+    return [f"Noise floor ({metric['metric']}): CV {floor['baseline_cv_pct']:.3f}% / {floor['candidate_cv_pct']:.3f}% "
+            f"(n={floor['n_baseline']}/{floor['n_candidate']}); {conf:g}% interval of the change "
+            f"[{floor['change_ci_low_pct']:+.3f}%, {floor['change_ci_high_pct']:+.3f}%]; smallest effect detectable "
+            f"at {conf:g}% confidence and {power:g}% power: {floor['min_detectable_effect_pct']:.3f}%; a "
+            f"{floor['target_pct']:g}% verdict needs {floor['samples_per_arm_needed']} samples per arm "
+            f"({floor['more_samples_per_arm']} more, {floor['rounds_needed']} A/B/B/A rounds)."]
 
 
 def _s(ms: float | None) -> float | None:

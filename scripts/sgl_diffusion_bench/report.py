@@ -75,6 +75,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
             pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
             lines.append(f"| {label} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
     lines += _invalid(cells)
+    lines += _host(summary.get("host_contention"))
     lines += _output_quality(summary.get("output_quality"))
     if plot_name:
         lines += ["", f"![E2E and denoise of every cell by run order]({plot_name})"]
@@ -197,6 +198,13 @@ def _invalid(cells) -> list[str]:
         lines.append(f"- {_round_label(c)} ({c['arm']}, cell {c['index']}): {c['status']}"
                      + (f" — {'; '.join(c['reasons'])}" if c["reasons"] else ""))
     return lines
+
+
+def _host(contention) -> list[str]:
+    if not contention:
+        return []
+    return ["", "### Host load", "", ("**Contended host.** " if contention["contended_cells"] else "")
+            + contention["note"] + "."]
 
 
 def _output_quality(quality) -> list[str]:

@@ -149,6 +149,61 @@ def _bootstrap_change_pct(baseline: Sequence[Sequence[float]], candidate: Sequen
     return (resampled_means(candidate) - base) / base * 100
 
 
+POWER = 0.80  # the chance to detect an effect of the smallest detectable size
+
+
+def _z(p: float) -> float:
+    return statistics.NormalDist().inv_cdf(p)
+
+
+def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Sequence[Sequence[float]],
+                cand_strata: Sequence[Sequence[float]], *, threshold_pct: float, confidence: float,
+                resamples: int, seed: int, cells_per_round: int) -> dict[str, Any]:
+    """What this many samples can resolve, given whatever was measured, even when no verdict is possible: each
+    arm's CV, the bootstrap interval of the change (for an A/A campaign: the change that is pure noise), the
+    smallest effect detectable at ``confidence`` with POWER (two-sample normal approximation on the CVs), and how
+    many samples per arm (and A/B/B/A rounds) a ``threshold_pct`` verdict needs."""
+    cv_b, cv_c = describe(base)["cv_pct"], describe(cand)["cv_pct"]
+    result: dict[str, Any] = {"baseline_cv_pct": cv_b, "candidate_cv_pct": cv_c, "n_baseline": len(base),
+                              "n_candidate": len(cand), "change_ci_low_pct": None, "change_ci_high_pct": None,
+                              "min_detectable_effect_pct": None, "confidence": confidence, "power": POWER,
+                              "target_pct": threshold_pct, "samples_per_arm_needed": None,
+                              "more_samples_per_arm": None, "rounds_needed": None}
+    if cv_b is None or cv_c is None:
+        return result
+    usable = [(b, c) for b, c in zip(base_strata, cand_strata) if b and c]
+    strata_b = [b for b, _ in usable] or [list(base)]
+    strata_c = [c for _, c in usable] or [list(cand)]
+    changes = _bootstrap_change_pct(strata_b, strata_c, resamples, np.random.default_rng(seed))
+    tail = (1 - confidence) / 2 * 100
+    low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
+    z = _z(1 - (1 - confidence) / 2) + _z(POWER)
+    mde = z * ((cv_b ** 2 / len(base) + cv_c ** 2 / len(cand)) ** 0.5)
+    needed = int(np.ceil(z ** 2 * (cv_b ** 2 + cv_c ** 2) / threshold_pct ** 2)) if threshold_pct > 0 else None
+    have = min(len(base), len(cand))
+    result.update(change_ci_low_pct=low, change_ci_high_pct=high, min_detectable_effect_pct=mde,
+                  samples_per_arm_needed=needed,
+                  more_samples_per_arm=None if needed is None else max(0, needed - have),
+                  rounds_needed=None if needed is None else max(DEFAULT_MIN_ROUNDS,
+                                                                int(np.ceil(needed / cells_per_round))))
+    return result
+
+
+def next_step(metric: Mapping[str, Any]) -> str | None:
+    """What to do when the data cannot support a verdict, from the noise floor's figures."""
+    if metric["verdict"] != "insufficient-data":
+        return None
+    floor = metric.get("noise_floor") or {}
+    if floor.get("samples_per_arm_needed") is None:
+        return ("collect at least 2 valid cells per arm in at least 2 rounds (e.g. --rounds 2), then compare again")
+    cvs = [v for v in (floor["baseline_cv_pct"], floor["candidate_cv_pct"]) if v is not None]
+    quiet = (f"quiet the machine first (CV {max(cvs):.1f}% is above the {MAX_CV_PCT:g}% limit: stop other jobs, "
+             "idle the GPU), then " if cvs and max(cvs) > MAX_CV_PCT else "")
+    return (f"{quiet}re-run with --rounds {floor['rounds_needed']} ({floor['samples_per_arm_needed']} samples per "
+            f"arm, {floor['more_samples_per_arm']} more than now) to resolve a {floor['target_pct']:g}% change at "
+            f"{floor['confidence'] * 100:g}% confidence and {floor['power'] * 100:g}% power at today's spread")
+
+
 def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, metric: str, *,
                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, resamples: int = DEFAULT_RESAMPLES,
                   seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE,
@@ -175,6 +230,13 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
             _mean([_metric(c, metric) for c in base if c["round"] == r]),
             _mean([_metric(c, metric) for c in cand if c["round"] == r])))
 
+    per_round = max((sum(1 for c in base if c.get("round") == r) for r in rounds), default=0)
+    result["noise_floor"] = noise_floor(
+        [_metric(c, metric) for c in base], [_metric(c, metric) for c in cand],
+        [[_metric(c, metric) for c in base if c.get("round") == r] for r in complete],
+        [[_metric(c, metric) for c in cand if c.get("round") == r] for r in complete],
+        threshold_pct=threshold_pct, confidence=confidence, resamples=resamples, seed=seed,
+        cells_per_round=per_round or 2)
     if len(base) < 2 or len(cand) < 2:
         return {**result, "verdict": "insufficient-data",
                 "reason": f"{len(base)} baseline and {len(cand)} candidate cells with {metric}; need 2 each"}
@@ -238,6 +300,8 @@ def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: s
     options = dict(threshold_pct=threshold_pct, resamples=resamples, seed=seed, confidence=confidence,
                    min_rounds=min_rounds, exclude=discarded)
     metrics = {m: metric_change(cells, baseline, candidate, m, **options) for m in METRICS}
+    for m in metrics.values():
+        m["next_step"] = next_step(m)
     pick = [c for c in used_cells(cells) if c["index"] not in discarded]
     rounds = []
     for r in sorted({c["round"] for c in pick if c.get("round") is not None}):
@@ -258,6 +322,7 @@ def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: s
     return {
         "baseline_arm": baseline, "candidate_arm": candidate, "threshold_pct": threshold_pct,
         "primary_metric": primary_metric, "verdict": metrics[primary_metric]["verdict"],
+        "next_step": metrics[primary_metric]["next_step"],
         "rule": decision_rule(threshold_pct, confidence, min_rounds), "min_rounds": min_rounds,
         "bootstrap": {"method": BOOTSTRAP_METHOD, "resamples": resamples, "seed": seed, "confidence": confidence},
         "metrics": metrics,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import command_builder, contract, log_gates, request_path, warm_engine
+from . import command_builder, contract, host_load, log_gates, request_path, validity, warm_engine
 from .cpu_adapter import sgl_cpu_adapter
 
 # Options that change per request, never the engine: they are left out of the engine key.
@@ -328,10 +328,12 @@ class WarmCampaign:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
         own = self.own_gpu_pids.union(*(s.engine.pids() for s in self.starts if s.engine is not None and s.engine.alive))
         before = runner.foreign_now(own)
+        host_before = host_load.sample(exclude=own)  # the resident engine is ours, not contention
         judged, segment, extra = self._serve(start, arm, invocation.run_id, list(invocation.argv[self.cli_len:]),
                                              invocation.perf_dump_path, invocation.output_dir,
                                              invocation.output_file_stem, Path(cell["log_path"]))
         after = runner.foreign_now(own)
+        host_after = host_load.sample(exclude=own)
         if first:
             start.first_measured_cell = cell["index"]
         start.measured_s += segment.wall_s
@@ -342,10 +344,12 @@ class WarmCampaign:
                                                 "after": after},
                                  "log": verdict.to_json(),
                                  "stop": {"reason": segment.stop_reason, "line": segment.stop_line,
-                                          "after_s": segment.stopped_after_s}}
+                                          "after_s": segment.stopped_after_s},
+                                 "host": host_load.gate(host_before, host_after)}
         status, reasons = request_path.with_contention(judged.status, judged.reasons, before, after)
         cell.update(status=status, reasons=reasons, wall_s=round(segment.wall_s, 3), returncode=None,
                     perf=judged.perf, outputs=list(judged.outputs), gates=gates)
+        validity.strip_numbers(cell)
 
     # -- reporting -----------------------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly, presets,
-               selftest, warm_campaign)
+from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly,
+               perf_compare, presets, selftest, warm_campaign)
 from . import _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -292,6 +292,12 @@ def render_report_text(doc: dict[str, Any]) -> str:
     comparison = doc["summary"]["comparison"]
     if comparison:
         lines.append(f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})")
+        lines += perf_compare.render_noise_floor(comparison["metrics"][comparison["primary_metric"]])
+        if comparison.get("next_step"):
+            lines.append(f"next step: {comparison['next_step']}")
+    host = doc["summary"].get("host_contention")
+    if host and host["contended_cells"]:
+        lines.append(f"host: {host['note']}")
     for key, path in (doc.get("artifacts") or {}).items():
         lines.append(f"{key}: {path}")
     return "\n".join(lines)
@@ -356,8 +362,9 @@ def handle(args: argparse.Namespace) -> _runner.Result:
 def self_tests() -> list[selftest.Check]:
     def catalog() -> str:
         catalog = presets.load_presets()
-        if len([p for p in catalog if p.local_model is None]) != 78:
-            raise AssertionError("the catalog must hold the reference's 78 presets")
+        incomplete = [p.name for p in catalog if not p.complete]
+        if incomplete:
+            raise AssertionError(f"every preset must be complete; not: {incomplete}")
         table = presets.render_preset_table(catalog)
         missing = [p.name for p in catalog if f"`{p.name}`" not in table]
         if missing:

@@ -1,0 +1,74 @@
+"""Host load at a cell's boundaries: load average, CPU use, and the other processes busy on this machine.
+
+A benchmark cell on a CPU shared with other jobs can swing by 100x (this bundle's own A/A on a 2-core machine shared
+by seven sessions saw 36 ms and 3.5 s cells). The runner samples the host at each cell's start and end; a cell is
+flagged ``contended`` when another process (anything but this tool; no engine of ours runs at a boundary) used at least BUSY_PCT of one
+core over the short sampling window. Flagged, not invalidated: on a GPU run host noise rarely matters; on a CPU run
+it does, and the report says how many cells ran contended so nobody reads their spread as the change's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterable
+
+import psutil
+
+SAMPLE_S = 0.25
+BUSY_PCT = 25.0  # percent of one core over the window
+MAX_LISTED = 5
+
+
+def sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT
+           ) -> dict[str, Any]:
+    """One host sample: 1-minute load, CPU count, machine CPU %, and the busiest processes other than this one.
+    Taken at cell boundaries, when no engine of ours runs: a leftover engine worker still spinning counts too."""
+    excluded = {os.getpid(), *exclude}
+    procs = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        if proc.pid in excluded:
+            continue
+        try:
+            proc.cpu_percent(None)  # prime: the next call measures the window
+            procs.append(proc)
+        except psutil.Error:
+            continue
+    psutil.cpu_percent(None)
+    time.sleep(window_s)
+    machine = psutil.cpu_percent(None)
+    busy = []
+    for proc in procs:
+        try:
+            pct = proc.cpu_percent(None)
+        except psutil.Error:
+            continue
+        if pct >= busy_pct:
+            busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "cpu_percent": round(pct, 1)})
+    busy.sort(key=lambda p: -p["cpu_percent"])
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"load_avg_1m": None if load1 is None else round(load1, 2), "cpu_count": psutil.cpu_count() or 1,
+            "cpu_percent": round(machine, 1), "busy_processes": busy[:MAX_LISTED],
+            "busy_process_count": len(busy)}
+
+
+def contended(before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:
+    """A foreign busy process at either boundary."""
+    return any(s and s["busy_process_count"] for s in (before, after))
+
+
+def reason(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    named = {p["pid"]: p for s in (before, after) if s for p in s["busy_processes"]}
+    listed = ", ".join(f"{p['name']} (pid {p['pid']}, {p['cpu_percent']:.0f}% of a core)" for p in named.values())
+    load = [s["load_avg_1m"] for s in (before, after) if s and s["load_avg_1m"] is not None]
+    cores = (before or after or {}).get("cpu_count")
+    return (f"host.contended: other busy processes at the cell boundaries: {listed}"
+            + (f"; load {'/'.join(f'{v:g}' for v in load)} on {cores} cores" if load else ""))
+
+
+def gate(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """bench-report.v1 ``cells[].gates.host``."""
+    doc: dict[str, Any] = {"before": before, "after": after, "contended": contended(before, after)}
+    if doc["contended"]:
+        doc["reason"] = reason(before, after)
+    return doc

@@ -1,0 +1,41 @@
+"""Host load at cell boundaries: a real busy process is seen, named and flagged; the report says so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from sgl_diffusion_bench import bench_runner, host_load, report
+
+
+def _with_spinner(window_s=0.6):
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        return spinner.pid, host_load.sample(window_s=window_s, busy_pct=5.0)  # 2 shared cores: a spinner may get little
+    finally:
+        spinner.kill()
+        spinner.wait(timeout=10)
+
+
+def test_a_busy_process_at_a_boundary_is_named_and_flags_the_cell():
+    pid, busy = _with_spinner()
+    assert pid in [p["pid"] for p in busy["busy_processes"]], busy
+    assert busy["cpu_count"] >= 1 and busy["load_avg_1m"] is not None and busy["busy_process_count"] >= 1
+    assert host_load.contended(busy, None)
+    assert f"pid {pid}" in host_load.reason(busy, None) and host_load.reason(busy, None).startswith("host.contended")
+    quiet = dict(busy, busy_processes=[], busy_process_count=0)
+    assert not host_load.contended(quiet, quiet)
+
+
+def test_the_report_counts_contended_cells():
+    _, busy = _with_spinner(0.3)
+    quiet = dict(busy, busy_processes=[], busy_process_count=0)
+    cells = [{"index": 0, "gates": {"host": {"before": quiet, "after": quiet, "contended": False}}},
+             {"index": 1, "gates": {"host": {"before": busy, "after": quiet, "contended": True}}},
+             {"index": 2, "gates": {}}]
+    summary = bench_runner.host_contention(cells)
+    assert summary["sampled_cells"] == 2 and summary["contended_cells"] == [1]
+    assert "1 of 2 cells ran while other processes were busy" in summary["note"]
+    assert "Contended host" in "\n".join(report._host(summary))
