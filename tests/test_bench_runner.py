@@ -131,7 +131,9 @@ def test_campaign_dry_run_lists_every_cell_with_distinct_files():
     (["--campaign", "abba", "--breakable-cuda-graph"], "usage.rejected_combination"),
     (["--quality-bcg-matrix", "--campaign", "aa"], "usage.rejected_combination"),
     (["--campaign", "ab"], "usage.ab_needs_arms"),
-    (["--campaign", "aa", "--rounds", "0"], "usage.bad_rounds"),
+    (["--campaign", "aa", "--rounds", "0"], "usage.invalid_arguments"),  # refused by argparse, before planning
+    (["--campaign", "aa", "--rounds", "51"], "usage.invalid_arguments"),
+    (["--campaign", "aa", "--threshold-pct", "nan"], "usage.invalid_arguments"),
 ])
 def test_bad_campaigns_are_usage_errors(args, code):
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", *args, "--engine-capabilities",

@@ -21,6 +21,7 @@ from . import contract
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))
 DEFAULT_ROUNDS = 2
+MAX_ROUNDS = 50  # 200 cells per arm pair: more is a typo, not a campaign
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +83,9 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
     """The campaign for ``mode``; a UsageError when the mode's inputs do not fit it."""
     if mode not in MODES:
         raise contract.UsageError("usage.bad_campaign", f"unknown campaign {mode!r}", f"use one of {', '.join(MODES)}")
-    if rounds < 1:
-        raise contract.UsageError("usage.bad_rounds", f"--rounds must be at least 1, got {rounds}", "use --rounds 2")
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise contract.UsageError("usage.bad_rounds", f"--rounds must be 1..{MAX_ROUNDS}, got {rounds}",
+                                  "use --rounds 2")
     if mode != "ab" and (arm_a_args or arm_b_args):
         raise contract.UsageError("usage.arm_args_need_ab", "--arm-a-args/--arm-b-args only apply to --campaign ab",
                                   "add --campaign ab")

@@ -177,5 +177,18 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     return text
 
 
+def redact_values(value: Any, secrets: Iterable[str] | None = None) -> Any:
+    """``value`` with every string in it (keys too) redacted: JSON syntax is never touched, so a token that reads
+    ``true``, ``null`` or ``schema`` cannot break the document."""
+    secrets = secret_values() if secrets is None else list(secrets)
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact(str(k), secrets): redact_values(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_values(v, secrets) for v in value]
+    return value
+
+
 def dumps(document: dict[str, Any]) -> str:
-    return redact(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False))
+    return json.dumps(redact_values(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)

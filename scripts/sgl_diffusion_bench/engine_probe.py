@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, env, fileio
+from . import contract, env, fileio, inputs
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 180
@@ -259,11 +259,11 @@ def default_cache_path() -> Path:
 
 def _read_cache(path: Path, key: str) -> EngineCapabilities | None:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = inputs.load_json(path, "engine.cache_unreadable")
         if document.get("key") == key:
             return EngineCapabilities.from_json(document["engine"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # a missing or stale cache is simply re-probed
+    except (contract.ToolError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # a missing, damaged or stale cache is simply re-probed
     return None
 
 
@@ -318,9 +318,9 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
 def load_capabilities_file(path: Path) -> EngineCapabilities:
     """An engine.v1 document saved from ``--probe-engine --json`` (e.g. probed on another machine)."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise contract.InputError("input.unreadable", f"cannot read engine capabilities {path}: {exc}",
-                                  "pass a file written by --probe-engine --json") from exc
+        document = inputs.load_json(path, "input.unreadable")
+    except contract.InputError as exc:
+        raise contract.InputError("input.unreadable", f"cannot read engine capabilities {path}: {exc.message}",
+                                  "pass a file written by --probe-engine --json") from None
     contract.validate_input(document, "engine.v1", str(path))
     return EngineCapabilities.from_json(document["engine"])

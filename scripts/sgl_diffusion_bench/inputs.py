@@ -65,7 +65,7 @@ def read_text(path: str | Path, code: str) -> str:
 
 
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise ValueError(f"non-finite number {name} is not valid JSON")
 
 
 def _bounded_int(text: str) -> int:
@@ -77,7 +77,7 @@ def _bounded_int(text: str) -> int:
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"{text} overflows a float")
+        raise ValueError(f"non-finite number {text} (overflows a float) is not valid JSON")
     return value
 
 

@@ -8,13 +8,12 @@ as unverified, never as matching.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, env
+from . import contract, env, inputs
 from .command_builder import parse_cli_tokens
 from .presets import Preset
 
@@ -31,15 +30,15 @@ def default_config_path() -> Path | None:
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
+    if not path.exists():
         raise contract.PreconditionError("nightly.config_missing", f"Missing nightly config: {path}",
                                          "pass --nightly-config PATH; the file is in a full sglang checkout "
-                                         f"({CONFIG_RELATIVE_PATH}), not in the wheel") from exc
-    except (OSError, json.JSONDecodeError) as exc:
-        raise contract.InputError("input.nightly_config_unreadable", f"cannot read nightly config {path}: {exc}",
-                                  "pass the comparison_configs.json from the sglang checkout") from exc
+                                         f"({CONFIG_RELATIVE_PATH}), not in the wheel")
+    try:
+        document = inputs.load_json(path, "input.nightly_config_unreadable")
+    except contract.InputError as exc:
+        raise contract.InputError("input.nightly_config_unreadable", f"cannot read nightly config {path}: "
+                                  f"{exc.message}", "pass the comparison_configs.json from the sglang checkout") from None
     cases = document.get("cases") if isinstance(document, dict) else None
     if not isinstance(cases, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in cases):
         raise contract.InputError("input.nightly_config_invalid",

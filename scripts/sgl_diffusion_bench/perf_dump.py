@@ -14,12 +14,12 @@ Layouts (``PerfMetrics.layout``):
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import contract
+from . import contract, inputs
 
 SCHEMA_ID = "perf-dump.v1"
 MEMORY_KINDS = ("device", "process_rss")
@@ -94,25 +94,21 @@ def is_denoise_stage(name: str) -> bool:
     return name.endswith(DENOISE_STAGE_SUFFIXES) and NOT_DENOISE_MARKER not in name
 
 
-def _reject_constant(token: str) -> float:
-    raise ValueError(f"non-finite number {token} is not valid JSON")
-
-
 def load_perf_dump(path: str | Path, memory_kind: str) -> PerfMetrics:
     """Read and parse one dump file; every problem is a PerfDumpError naming the file and the reason."""
     path = Path(path)
+    if not os.path.lexists(path):
+        raise PerfDumpError(str(path), "file not found (the run wrote no perf dump)")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PerfDumpError(str(path), "file not found (the run wrote no perf dump)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PerfDumpError(str(path), f"unreadable: {exc}") from None
+        text = inputs.read_text(path, "input.perf_dump_invalid")  # regular files only, strict UTF-8
+    except contract.InputError as exc:
+        raise PerfDumpError(str(path), f"unreadable: {exc.message}") from None
     if not text.strip():
         raise PerfDumpError(str(path), "file is empty (the run was interrupted while writing it?)")
     try:
-        document = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:  # JSONDecodeError is a ValueError; so is a NaN/Infinity token
-        raise PerfDumpError(str(path), f"not valid JSON ({exc}); 0.5.10 writes in place, so a partial "
+        document = inputs.parse_json(text, str(path), "input.perf_dump_invalid")  # no NaN/Infinity, bounded
+    except contract.InputError as exc:
+        raise PerfDumpError(str(path), f"not valid JSON ({exc.message}); 0.5.10 writes in place, so a partial "
                                        f"write is possible") from None
     return parse_perf_dump(document, memory_kind, source=str(path))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -27,6 +28,36 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise contract.UsageError("usage.invalid_arguments", f"{self.prog}: {message}",
                                   f"run '{self.prog} --help' for the accepted arguments")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a decimal integer in [low, high]; anything else is a usage error at parse time."""
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        if not stripped.lstrip("+-").isdigit() or len(stripped) > 20:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+        value = int(stripped)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def bounded_float(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (or (low, high]); NaN, Infinity and 1e999 are refused."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value < low or value > high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{value} is outside {'(' if low_open else '['}{low}, {high}]")
+        return value
+    parse.__name__ = "number"
+    return parse
 
 
 @dataclasses.dataclass
@@ -110,6 +141,13 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
                                  exit_code=contract.ExitCode.INTERNAL)
         result, exit_code = Result(contract.error_document(err, tool)), int(err.exit_code)
         result.text = f"error [{err.code}]: {err.message}\nhint: {err.hint}"
+    try:
+        contract.dumps(result.document)
+    except (ValueError, TypeError) as exc:  # a non-finite or unserialisable value: still one valid document
+        err = contract.ToolError("internal.unserialisable", f"the result could not be written as JSON: {exc}",
+                                 f"this is a bug; re-run with {DEBUG_ENV}=1 and report it",
+                                 exit_code=contract.ExitCode.INTERNAL)
+        result, exit_code = Result(contract.error_document(err, tool), f"error [{err.code}]: {err.message}"), 70
     if as_json:
         sys.stdout.write(contract.dumps(result.document) + "\n")
         sys.stdout.flush()

@@ -40,7 +40,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quality", choices=command_builder.BENCHMARK_QUALITY_LEVELS,
                        help="request quality (default: lossless where the engine has --quality)")
     group.add_argument("--breakable-cuda-graph", action="store_true", help="BCG comparator run")
-    group.add_argument("--bcg-text-buckets", type=int, nargs="+", help="positive BCG text buckets (needs BCG or matrix)")
+    group.add_argument("--bcg-text-buckets", type=_runner.bounded_int(1, 1 << 20), nargs="+", help="positive BCG text buckets (needs BCG or matrix)")
     group.add_argument("--quality-bcg-matrix", action="store_true",
                        help="the 12-row eager/BCG ABBA matrix across lossless, extra-high, high")
     compile_group = group.add_mutually_exclusive_group()
@@ -59,19 +59,19 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--campaign", choices=campaign.MODES, default=None,
                       help="single (default); abba: eager vs BCG as A1 B1 B2 A2 rounds; aa: the same config twice "
                            "(noise floor); ab: --arm-a-args vs --arm-b-args; matrix: same as --quality-bcg-matrix")
-    camp.add_argument("--rounds", type=int, default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
+    camp.add_argument("--rounds", type=_runner.bounded_int(1, campaign.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
     camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
     camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
-    camp.add_argument("--threshold-pct", type=float, default=1.5, help="smallest change that counts (default 1.5)")
+    camp.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=1.5, help="smallest change that counts (default 1.5)")
     camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms")
     camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from the statistics")
     camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
-    camp.add_argument("--cell-timeout-s", type=float, default=bench_runner.DEFAULT_CELL_TIMEOUT_S)
+    camp.add_argument("--cell-timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=bench_runner.DEFAULT_CELL_TIMEOUT_S)
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     camp.add_argument("--engine", choices=bench_runner.ENGINE_MODES, default="cold",
                       help="cold: one `sglang generate` process per cell (default); warm: one resident engine per "
                            "engine configuration serves every cell of the campaign (same flags, same gates)")
-    camp.add_argument("--warmup-requests", type=int, default=1,
+    camp.add_argument("--warmup-requests", type=_runner.bounded_int(0, 100), default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
     camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
@@ -90,7 +90,7 @@ def build_parser() -> _runner.Parser:
     filters = parser.add_argument_group("catalog filters (--list-models, --all)")
     filters.add_argument("--tag", action="append", default=[], help="keep presets with this tag (repeatable: all)")
     filters.add_argument("--task", action="append", default=[], help="keep presets of this task (repeatable: any)")
-    filters.add_argument("--max-gpus", type=int, help="keep presets needing at most this many GPUs")
+    filters.add_argument("--max-gpus", type=_runner.bounded_int(0, 1024), help="keep presets needing at most this many GPUs")
     parser.add_argument("--nightly-config", help="comparison_configs.json (default: in the sglang checkout)")
     parser.add_argument("--refresh-probe", action="store_true", help="ignore the cached engine probe")
     parser.add_argument("--assets-base-url", help="fetch every asset by file name from this mirror URL instead")

@@ -33,10 +33,10 @@ def build_parser() -> _runner.Parser:
     for name, helptext in (("print-idle-gpus", "comma-separated idle GPU indices, sampled several times"),
                            ("lease", "hold idle GPUs exclusively while COMMAND runs")):
         p = sub.add_parser(name, parents=[parent], help=helptext)
-        p.add_argument("--count", type=int, default=1)
-        p.add_argument("--samples", type=int, default=3, help="idle in every one of this many NVML readings")
-        p.add_argument("--max-memory-mib", type=int, default=gpu.IDLE_MAX_MEMORY_MIB)
-        p.add_argument("--max-util-pct", type=int, default=gpu.IDLE_MAX_UTILIZATION_PCT)
+        p.add_argument("--count", type=_runner.bounded_int(1, 1024), default=1)
+        p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=3, help="idle in every one of this many NVML readings")
+        p.add_argument("--max-memory-mib", type=_runner.bounded_int(0, 1 << 31), default=gpu.IDLE_MAX_MEMORY_MIB)
+        p.add_argument("--max-util-pct", type=_runner.bounded_int(0, 100), default=gpu.IDLE_MAX_UTILIZATION_PCT)
         p.add_argument("--lock-dir", default=str(gpu.DEFAULT_LOCK_DIR))
         if name == "lease":
             p.add_argument("--label", default="manual")

@@ -36,7 +36,7 @@ def build_parser() -> _runner.Parser:
     parser.add_argument("--label", default="profile", help="names this run's files: letters, digits, '-'")
     parser.add_argument("--output-dir", help="default: <work root>/outputs/diffusion_profiles")
     parser.add_argument("--all-stages", action="store_true", help="profile every stage, not only denoising")
-    parser.add_argument("--num-profiled-timesteps", type=int, default=2,
+    parser.add_argument("--num-profiled-timesteps", type=_runner.bounded_int(1, 1000), default=2,
                         help="denoise steps to record after warmup (default 2, as in the seed PR's traces)")
     parser.add_argument("--quality", choices=command_builder.BENCHMARK_QUALITY_LEVELS)
     parser.add_argument("--breakable-cuda-graph", action="store_true", help="profile the BCG path")
@@ -44,7 +44,7 @@ def build_parser() -> _runner.Parser:
     parser.add_argument("--extra-args", default="", help="more sglang generate arguments, one shell-quoted string")
     parser.add_argument("--engine-capabilities", default="installed", help="installed | recent | engine.v1 file")
     parser.add_argument("--refresh-probe", action="store_true")
-    parser.add_argument("--timeout-s", type=float, default=3600.0)
+    parser.add_argument("--timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=3600.0)
     parser.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     parser.add_argument("--dry-run", action="store_true", help="print the command and trace directory; run nothing")
     return parser

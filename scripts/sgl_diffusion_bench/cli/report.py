@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
-from .. import contract, report, selftest
+from .. import contract, inputs, report, selftest
 from . import _runner
 
 TOOL = "render_bench_report"
@@ -41,13 +40,13 @@ def build_parser() -> _runner.Parser:
 
 
 def load_report(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise contract.InputError("input.not_found", f"{path} does not exist",
-                                  "give the bench-report.json the benchmark wrote") from None
-    except (OSError, ValueError) as exc:
-        raise contract.InputError("input.unreadable", f"{path} is not readable JSON: {exc}",
+                                  "give the bench-report.json the benchmark wrote")
+    try:
+        doc = inputs.load_json(path, "input.unreadable")
+    except contract.InputError as exc:
+        raise contract.InputError("input.unreadable", f"{path} is not readable JSON: {exc.message}",
                                   "give the bench-report.json the benchmark wrote") from None
     contract.validate_input(doc, "bench-report.v1", str(path))
     return doc

@@ -11,34 +11,41 @@ import gzip
 import re
 import zlib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
+from .. import inputs
 from ..contract import InputError
 from .model import Trace, build_trace
 
 GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
+# Microseconds. A duration is never negative and never longer than ~115 days; a timestamp is finite and bounded, so
+# sums over millions of events stay finite (1.7e308 or -5 in a trace is damage, refused as not a trace).
+Duration = Annotated[float, msgspec.Meta(ge=0, le=1e13)]
+Timestamp = Annotated[float, msgspec.Meta(ge=-1e18, le=1e18)]
+Id = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
 class _Args(msgspec.Struct, gc=False):
-    correlation: int | None = None
+    correlation: Id | None = None
 
 
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    pid: Id | str = 0
+    tid: Id | str = 0
+    ts: Timestamp = 0.0
+    dur: Duration = 0.0
     args: _Args | None = None
 
 
 class _DistributedInfo(msgspec.Struct, gc=False):
-    rank: int | None = None
-    world_size: int | None = None
+    rank: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)] | None = None
+    world_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None = None
 
 
 class _TraceFile(msgspec.Struct, gc=False):
@@ -52,7 +59,11 @@ _DECODER = msgspec.json.Decoder(_TraceFile | list[_Event])
 def read_trace_bytes(path: Path) -> bytes:
     """The decompressed JSON text of a trace file."""
     try:
-        raw = path.read_bytes()
+        if path.is_dir():
+            raise IsADirectoryError(path)
+        if not path.exists():
+            raise FileNotFoundError(path)
+        raw = inputs.read_bytes(path, "input.trace_unreadable", gunzip=False)  # a FIFO is refused, never read
     except FileNotFoundError as exc:
         raise InputError("input.trace_not_found", f"trace file not found: {path}",
                          "pass the *.trace.json.gz the profiler wrote (its path is printed at the end of the run)") from exc
