@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO.parent / "shared" / "fixtures" / "traces-h200" / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
+DEFAULT_SOURCE = REPO / "tests" / "fixtures" / "traces-h200" / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
 HTA_SCRIPT = """
 import json, sys
 from hta.trace_analysis import TraceAnalysis

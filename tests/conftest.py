@@ -4,6 +4,7 @@ the helper fails the test if the canary appears anywhere in stdout or stderr: se
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -12,16 +13,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
-SHARED = REPO.parent / "shared"
-SHARED_FIXTURES = SHARED / "fixtures"
 TEST_FIXTURES = REPO / "tests" / "fixtures"
 HF_TOKEN_CANARY = "hf_CANARYtokenValue0123456789abcdef"
 
 sys.path.insert(0, str(SCRIPTS))
+
+CHECK_LANE_DIR = REPO / "tests" / "check_lane"
+if os.environ.get("SGL_BENCH_CHECK_LANE") == "1":  # `make check`: torch and the engine must not be imported
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECK_LANE_DIR), os.environ.get("PYTHONPATH")) if p)
+    _guard = importlib.util.spec_from_file_location("check_lane_guard", CHECK_LANE_DIR / "sitecustomize.py")
+    _guard.loader.exec_module(importlib.util.module_from_spec(_guard))
 
 from sgl_diffusion_bench import contract  # noqa: E402
 
@@ -54,10 +57,3 @@ def run_script(name: str, *args: str, env: dict[str, str] | None = None, timeout
         assert contract.validation_errors(document) == [], contract.validation_errors(document)
         assert (run.returncode == 0) == (document["ok"] is True) or document["schema"] != "error.v1"
     return run
-
-
-@pytest.fixture
-def shared_fixtures() -> Path:
-    if not SHARED_FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures is not beside this checkout")
-    return SHARED_FIXTURES

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_script
 from sgl_diffusion_bench import assets, contract, datafile
 
-REAL_PNG = SHARED_FIXTURES / "sglang-0.5.10-h200" / "tiny_plain" / "out.png"
+REAL_PNG = TEST_FIXTURES / "sglang-0.5.10-h200" / "tiny_plain" / "out.png"
 
 
 @pytest.fixture

@@ -35,8 +35,8 @@ def test_groups_reproduce_the_seed_pr(tmp_path):
         assert needle in text, needle
 
 
-def test_files_mode_on_real_h200_dumps(shared_fixtures):
-    files = [str(shared_fixtures / H200 / c / "perf.json") for c in ("full_plain", "full_profile", "tiny_plain")]
+def test_files_mode_on_real_h200_dumps():
+    files = [str(TEST_FIXTURES / H200 / c / "perf.json") for c in ("full_plain", "full_profile", "tiny_plain")]
     run = run_script("compare_perf", *files, "--json")
     assert run.returncode == 0
     doc = run.document
@@ -51,8 +51,8 @@ def test_files_mode_on_real_h200_dumps(shared_fixtures):
     assert first["peak_memory_mb"]["baseline"] == 32082.0 and first["peak_memory_mb"]["diff"] == 0
 
 
-def test_human_markdown_and_process_rss_label(shared_fixtures):
-    files = [str(shared_fixtures / H200 / c / "perf.json") for c in ("tiny_plain", "tiny_profile")]
+def test_human_markdown_and_process_rss_label():
+    files = [str(TEST_FIXTURES / H200 / c / "perf.json") for c in ("tiny_plain", "tiny_profile")]
     run = run_script("compare_perf", "--memory-kind", "process_rss", *files)
     assert run.returncode == 0 and run.stdout.startswith("# Perf dump comparison")
     assert "process RSS (CPU adapter, not device memory)" in run.stdout

@@ -12,10 +12,10 @@ import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from conftest import REPO, SHARED_FIXTURES, TEST_FIXTURES
+from conftest import REPO, TEST_FIXTURES
 from sgl_diffusion_bench import contract, datafile, log_gates
 
-H200 = SHARED_FIXTURES / "sglang-0.5.10-h200"
+H200 = TEST_FIXTURES / "sglang-0.5.10-h200"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 LOGS = TEST_FIXTURES / "logs"
 # The upstream skill's fallback substrings, written out here so the test does not reuse the data file's patterns.

@@ -38,8 +38,8 @@ def dump(**changes):
     return doc
 
 
-def test_real_h200_dump_full_plain(shared_fixtures):
-    m = perf_dump.load_perf_dump(shared_fixtures / H200 / "full_plain" / "perf.json", "device")
+def test_real_h200_dump_full_plain():
+    m = perf_dump.load_perf_dump(TEST_FIXTURES / H200 / "full_plain" / "perf.json", "device")
     assert m.e2e_ms == pytest.approx(15921.826763000012)
     assert m.denoise_ms == pytest.approx(14867.413213999953) and m.denoise_source == "stages"
     assert m.denoise_stage_names == ("DenoisingStage",)
@@ -54,9 +54,9 @@ def test_real_h200_dump_full_plain(shared_fixtures):
 
 
 @pytest.mark.parametrize("case", ["tiny_plain", "tiny_profile", "full_profile"])
-def test_every_real_h200_dump_parses(shared_fixtures, case):
-    raw = json.loads((shared_fixtures / H200 / case / "perf.json").read_text())
-    m = perf_dump.load_perf_dump(shared_fixtures / H200 / case / "perf.json", "device")
+def test_every_real_h200_dump_parses(case):
+    raw = json.loads((TEST_FIXTURES / H200 / case / "perf.json").read_text())
+    m = perf_dump.load_perf_dump(TEST_FIXTURES / H200 / case / "perf.json", "device")
     assert m.e2e_ms == raw["total_duration_ms"]
     assert m.denoise_ms == next(s["duration_ms"] for s in raw["steps"] if s["name"] == "DenoisingStage")
     assert len(m.denoise_steps_ms) == len(raw["denoise_steps_ms"])

@@ -25,16 +25,16 @@ def perturbed(src, dst, sigma, seed=0):
     return dst
 
 
-def test_identical_image_is_ssim_1_and_infinite_psnr(shared_fixtures, tmp_path):
-    copy = shutil.copy(shared_fixtures / PNG, tmp_path / "copy.png")
-    r = quality.compare_media(shared_fixtures / PNG, copy)
+def test_identical_image_is_ssim_1_and_infinite_psnr(tmp_path):
+    copy = shutil.copy(TEST_FIXTURES / PNG, tmp_path / "copy.png")
+    r = quality.compare_media(TEST_FIXTURES / PNG, copy)
     assert r["ssim"] == pytest.approx(1.0) and r["psnr_db"] is None and r["psnr_infinite"] is True
     assert r["passed"] and r["frames"] == 1 and r["media"] == "image"
     json.loads(contract.dumps({"schema": "x.v1", "r": r}))  # no Infinity in JSON (allow_nan=False)
 
 
-def test_perturbed_images_score_lower_and_fail_thresholds(shared_fixtures, tmp_path):
-    ref = shared_fixtures / PNG
+def test_perturbed_images_score_lower_and_fail_thresholds(tmp_path):
+    ref = TEST_FIXTURES / PNG
     light = quality.compare_media(ref, perturbed(ref, tmp_path / "light.png", 2))
     heavy = quality.compare_media(ref, perturbed(ref, tmp_path / "heavy.png", 40))
     assert 0.9 < light["ssim"] < 1.0 and 35 < light["psnr_db"] < 60 and light["passed"]
@@ -43,13 +43,13 @@ def test_perturbed_images_score_lower_and_fail_thresholds(shared_fixtures, tmp_p
     assert quality.compare_media(ref, tmp_path / "light.png", strict)["passed"] is False
 
 
-def test_size_mismatch_and_unreadable(shared_fixtures, tmp_path):
+def test_size_mismatch_and_unreadable(tmp_path):
     Image.new("RGB", (32, 32)).save(tmp_path / "small.png")
     with pytest.raises(quality.QualityError, match="shapes differ"):
-        quality.compare_media(shared_fixtures / PNG, tmp_path / "small.png")
+        quality.compare_media(TEST_FIXTURES / PNG, tmp_path / "small.png")
     (tmp_path / "bad.png").write_bytes(b"not a png")
     with pytest.raises(quality.QualityError, match="not a readable image"):
-        quality.compare_media(shared_fixtures / PNG, tmp_path / "bad.png")
+        quality.compare_media(TEST_FIXTURES / PNG, tmp_path / "bad.png")
     with pytest.raises(quality.QualityError):
         quality.media_kind("mesh.glb")
 
@@ -119,8 +119,8 @@ def test_byte_identity_groups_cells_by_hash():
     assert check["groups"][1]["arms"] == ["bcg"] and check["cells_without_outputs"] == [2]
 
 
-def test_output_quality_scores_a_lossy_arm_against_the_reference(shared_fixtures, tmp_path):
-    ref = shutil.copy(shared_fixtures / PNG, tmp_path / "ref.png")
+def test_output_quality_scores_a_lossy_arm_against_the_reference(tmp_path):
+    ref = shutil.copy(TEST_FIXTURES / PNG, tmp_path / "ref.png")
     outs = {0: ref, 1: perturbed(ref, tmp_path / "hi1.png", 2), 2: perturbed(ref, tmp_path / "hi2.png", 40, 1)}
     cells = [{"index": i, "arm": "eager" if i == 0 else "high", "status": "valid",
               "outputs": [{"path": str(p), "sha256": fileio.sha256_file(p), "bytes": 1}]} for i, p in outs.items()]

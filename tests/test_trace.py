@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import SHARED_FIXTURES
+from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import fast_paths
 from sgl_diffusion_bench.trace.analyses.classify import classify_trace
 from sgl_diffusion_bench.trace.analyses.compare import compare_traces
@@ -18,12 +18,11 @@ from sgl_diffusion_bench.trace.load import load_trace
 from sgl_diffusion_bench.trace.model import union_us
 from sgl_diffusion_bench.trace.summary import hotspots_body
 
-H200 = SHARED_FIXTURES / "traces-h200"
-TP2 = SHARED_FIXTURES / "traces-h200-tp2"
-ENGINE = SHARED_FIXTURES / "sglang-0.5.10-h200"
+H200 = TEST_FIXTURES / "traces-h200"
+TP2 = TEST_FIXTURES / "traces-h200-tp2"
+ENGINE = TEST_FIXTURES / "sglang-0.5.10-h200"
 GROUND_TRUTHS = [(H200, "ground_truth.json"), (TP2, "ground_truth-rank0.json"), (TP2, "ground_truth-rank1.json")]
 
-pytestmark = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is not beside this checkout")
 
 
 @pytest.fixture(scope="module")

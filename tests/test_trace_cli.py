@@ -7,16 +7,14 @@ import json
 
 import pytest
 
-from conftest import SHARED_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_script
 
-H200 = SHARED_FIXTURES / "traces-h200"
-TP2 = SHARED_FIXTURES / "traces-h200-tp2"
+H200 = TEST_FIXTURES / "traces-h200"
+TP2 = TEST_FIXTURES / "traces-h200-tp2"
 EAGER = H200 / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
 GRAPH = H200 / "flux-graph-2_steps-full_stages-global-rank0.trace.json.gz"
-needs_fixtures = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="../shared/fixtures is not beside this checkout")
 
 
-@needs_fixtures
 def test_hotspots_bounded_on_stdout_full_table_in_output_file(tmp_path):
     out = tmp_path / "full.json"
     run = run_script("analyze_trace", "hotspots", str(EAGER), "--top", "3", "--output", str(out), "--json")
@@ -31,7 +29,6 @@ def test_hotspots_bounded_on_stdout_full_table_in_output_file(tmp_path):
     assert sum(r["count"] for r in full["kernels"]) == 7234
 
 
-@needs_fixtures
 def test_two_traces_are_analysed_as_ranks():
     run = run_script("analyze_trace", "hotspots", *(str(TP2 / f"flux-tp2-eager-2_steps-full_stages-global-rank{r}"
                                                          ".trace.json.gz") for r in (0, 1)), "--top", "2", "--json")
@@ -42,7 +39,6 @@ def test_two_traces_are_analysed_as_ranks():
     assert doc["skew"]["compute_total_us"]["spread_us"] >= 0 and len(doc["per_step"]) == 2
 
 
-@needs_fixtures
 def test_compare_writes_markdown_and_json(tmp_path):
     md = tmp_path / "table.md"
     run = run_script("analyze_trace", "compare", str(EAGER), str(GRAPH), "--label-a", "eager", "--label-b", "graph",
@@ -53,9 +49,8 @@ def test_compare_writes_markdown_and_json(tmp_path):
     assert "| Host per-kernel launches, CUDA runtime + driver | 5,668 | 6 |" in doc["markdown"]
 
 
-@needs_fixtures
 def test_classify_labels_engine_kernels():
-    trace = next((SHARED_FIXTURES / "sglang-0.5.10-h200" / "full_profile").glob("*.trace.json.gz"))
+    trace = next((TEST_FIXTURES / "sglang-0.5.10-h200" / "full_profile").glob("*.trace.json.gz"))
     run = run_script("analyze_trace", "classify", str(trace), "--top", "60", "--json")
     assert run.returncode == 0, run.stderr
     families = {row["name"]: row["family"] for row in run.document["hot"]}
