@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import SCRIPTS
+from sgl_diffusion_bench import error_codes
 
 PACKAGE = SCRIPTS / "sgl_diffusion_bench"
 MAX_MODULE_LINES = 450
@@ -81,3 +83,42 @@ def test_no_module_is_over_the_size_limit():
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in _modules().items()}
     oversized = {n: s for n, s in sizes.items() if s > MAX_MODULE_LINES and n not in SPLIT_PENDING}
     assert oversized == {}
+
+
+# --- error codes: the registry (data/error_codes.yaml) and the codes the package raises ---------------------------
+
+ERROR_CLASSES = ("Error", "Violation", "__init__")  # ToolError and subclasses; a subclass passes its code to __init__
+
+
+CODE = re.compile(r"[a-z][a-z_]*\.[a-z0-9_]+")
+
+
+def codes_raised() -> dict[str, list[str]]:
+    """Every code passed as the first argument of an error constructor in the package (a literal, or a module-level
+    constant such as ``datafile.DATA_FILE_INVALID``), with where."""
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in _modules().items()}
+    constants = {target.id: node.value.value for tree in trees.values() for node in tree.body
+                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                 and isinstance(node.value.value, str) and CODE.fullmatch(node.value.value)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    found: dict[str, list[str]] = {}
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if not func.endswith(ERROR_CLASSES):
+                continue
+            for part in ast.walk(node.args[0]):
+                ref = part.id if isinstance(part, ast.Name) else part.attr if isinstance(part, ast.Attribute) else None
+                value = part.value if isinstance(part, ast.Constant) else constants.get(ref)
+                if isinstance(value, str) and CODE.fullmatch(value):
+                    found.setdefault(value, []).append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_every_raised_error_code_is_in_the_registry_and_no_other():
+    raised, registered = codes_raised(), error_codes.all_codes()
+    assert {"input.trace_corrupt", "input.perf_dump_invalid", "usage.invalid_arguments"} <= set(raised)
+    assert {c: w for c, w in raised.items() if c not in registered} == {}, "add these to data/error_codes.yaml"
+    assert registered - set(raised) == set(), "these codes are no longer raised: remove them from the registry"

@@ -1,10 +1,16 @@
 """The skill documents are proven by the tests: front matter, links, generated tables, every fenced shell command,
 and every JSON field a document names.
 
-Conventions (documented in benchmark-and-profile.md):
-- a ```bash block runs as one `bash -euo pipefail` script from the repo root, with the venv first on PATH;
-- a ```bash block preceded by `<!-- doc-test: parse-only -->` is not run: each `python3 scripts/<name>.py ...`
-  command in it must be accepted by that script's argparse parser (for commands that need a GPU or a hub);
+Conventions:
+- every ```bash block of a skill doc carries a marker `<!-- doc-test: MODE [LANE] [NAME ...] -->` on the line before;
+- MODE `run`: the block runs as one `bash -euo pipefail` script from the repo root, with the venv first on PATH;
+  MODE `parse-only`: it is not run, each `python3 scripts/<name>.py ...` command in it must be accepted by that
+  script's argparse parser (commands that need a GPU, a gated model or the network);
+- LANE `engine` (runs the real engine) or `torch` (imports torch or probes the engine) takes the block out of the
+  `make check` lane;
+- NAMEs are the block's placeholders: the user's own files (a trace, a report), bound here to real fixtures
+  (PLACEHOLDERS). A block uses no other variable unless it sets it itself or gives it a default (`${X:-...}`);
+- a doc command is a user command: nothing from the test suite or the team's reference folder, no test code;
 - a field reference is written `<schema-id>:<path>` in backticks (`env.v1:problems[].code`) and must resolve.
 """
 
@@ -15,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +29,33 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import HF_TOKEN_CANARY, REPO
-from sgl_diffusion_bench import doc_tables
+from conftest import HF_TOKEN_CANARY, REPO, TEST_FIXTURES
+from sgl_diffusion_bench import doc_tables, engine_probe
 
-DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "README.md")]
-SKILL_DOCS = DOCS[:3]
-FENCE = re.compile(r"(?P<marker><!-- doc-test: (?P<mode>[a-z-]+) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
+SKILL_DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md",
+                                       "reference/presets.md", "reference/troubleshooting.md")]
+DOCS = [*SKILL_DOCS, REPO / "README.md"]
+FENCE = re.compile(r"(?:<!-- doc-test: (?P<marker>[^>]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
+LANES = {"engine": pytest.mark.engine, "torch": pytest.mark.torch}
+H200_TRACES = TEST_FIXTURES / "traces-h200"
+TP2_TRACES = TEST_FIXTURES / "traces-h200-tp2"
+SEED_DUMPS = sorted((TEST_FIXTURES / "seed-pr-38591").glob("*.json"))
+# The user's own files that doc commands name in capitals, bound to real recorded ones.
+PLACEHOLDERS = {
+    "TRACE": next((TEST_FIXTURES / "sglang-0.5.10-h200" / "full_profile").glob("*.trace.json.gz")),
+    "TRACE_EAGER": H200_TRACES / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz",
+    "TRACE_GRAPH": H200_TRACES / "flux-graph-2_steps-full_stages-global-rank0.trace.json.gz",
+    "TRACE_RANK0": TP2_TRACES / "flux-tp2-eager-2_steps-full_stages-global-rank0.trace.json.gz",
+    "TRACE_RANK1": TP2_TRACES / "flux-tp2-eager-2_steps-full_stages-global-rank1.trace.json.gz",
+    "REPORT": TEST_FIXTURES / "bench-report" / "example.json",
+    "EAGER_DUMPS": " ".join(str(d) for d in SEED_DUMPS if d.name.endswith("eager.json")),
+    "BCG_DUMPS": " ".join(str(d) for d in SEED_DUMPS if d.name.endswith("bcg.json")),
+    "DUMP_A": TEST_FIXTURES / "sglang-0.5.10-h200" / "full_plain" / "perf.json",
+    "DUMP_B": TEST_FIXTURES / "sglang-0.5.10-h200" / "full_profile" / "perf.json",
+    "NIGHTLY_CONFIG": TEST_FIXTURES / "nightly" / "comparison_configs.json",
+}
+SHELL_VARS = {"PATH", "HOME", "?"}  # set by the shell or the user's session
+NOT_USER_COMMANDS = re.compile(r"\.\./shared|tests/|python3? -c|\bassert\b|\btest -[a-z] ")
 FIELD_REF = re.compile(r"`(?P<schema>[a-z][a-z0-9-]*\.v[0-9]+):(?P<path>[A-Za-z0-9_.\[\]-]+)`")
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
 CLI_MODULES = {"diffusion_skill_env": "env", "bench_diffusion_denoise": "bench", "compare_perf": "compare",
@@ -36,13 +64,25 @@ CLI_MODULES = {"diffusion_skill_env": "env", "bench_diffusion_denoise": "bench",
 
 
 def blocks(doc: Path, lang: str = "bash"):
-    for match in FENCE.finditer(doc.read_text(encoding="utf-8")):
+    text = doc.read_text(encoding="utf-8")
+    for match in FENCE.finditer(text):
         if match["lang"] == lang:
-            line = doc.read_text(encoding="utf-8")[: match.start()].count("\n") + 1
-            yield pytest.param(doc, match["mode"], match["body"], id=f"{doc.name}:{line}")
+            line = text[: match.start()].count("\n") + 1
+            words = (match["marker"] or "").split()
+            lanes = [LANES[w] for w in words[1:] if w in LANES]
+            yield pytest.param(doc, words[0] if words else None, tuple(w for w in words[1:] if w.isupper()),
+                               match["body"], id=f"{doc.relative_to(REPO)}:{line}", marks=lanes)
 
 
-ALL_BLOCKS = [p for doc in DOCS for p in blocks(doc)]
+ALL_BLOCKS = [p for doc in SKILL_DOCS for p in blocks(doc)]
+
+
+def variables_used(body: str) -> set[str]:
+    """Variables a block reads without setting them itself or giving them a default."""
+    assigned = set(re.findall(r"(?m)^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", body))
+    assigned |= set(re.findall(r"\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b", body))
+    used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|\?)(?![A-Za-z0-9_]*:-)", body))
+    return used - assigned - SHELL_VARS
 
 
 def test_front_matter_follows_the_skill_spec():
@@ -62,7 +102,7 @@ def test_relative_links_resolve_with_exact_case(doc):
         target = match["target"]
         if re.match(r"^[a-z]+://", target) or target.startswith("mailto:"):
             continue
-        path = REPO
+        path = doc.parent
         for part in Path(target).parts:
             if part == "..":
                 path = path.parent
@@ -136,8 +176,28 @@ def _script_commands(body: str):
             yield m["name"], shlex.split(m["rest"].split(" | ")[0].split(" > ")[0], comments=True)
 
 
-@pytest.mark.parametrize("doc, mode, body", ALL_BLOCKS)
-def test_documented_commands_run(doc, mode, body, tmp_path):
+@pytest.mark.parametrize("doc, mode, placeholders, body", ALL_BLOCKS)
+def test_every_block_is_a_user_command_with_declared_placeholders(doc, mode, placeholders, body):
+    assert mode in ("run", "parse-only"), f"a block needs a marker <!-- doc-test: run|parse-only ... --> ({mode!r})"
+    assert not NOT_USER_COMMANDS.search(body), "a doc command names test files or test code"
+    assert variables_used(body) == set(placeholders), "declare the block's placeholders in its marker, or set them"
+    assert set(placeholders) <= set(PLACEHOLDERS), "bind every placeholder in PLACEHOLDERS"
+
+
+def test_the_placeholder_check_sees_undeclared_and_optional_variables():
+    assert variables_used('OUT=x\necho "$OUT" $TRACE ${REPORT} ${WORK:-/tmp} $?') == {"TRACE", "REPORT"}
+    assert variables_used('for s in a b; do echo "$s"; done\necho "$SGLANG_DIFFUSION_SKILL_WORKDIR/x"') == \
+        {"SGLANG_DIFFUSION_SKILL_WORKDIR"}
+
+
+@pytest.fixture(scope="session")
+def doc_caches(tmp_path_factory) -> Path:
+    """One engine probe and one tiny model for every doc block (each block gets a fresh work root)."""
+    return tmp_path_factory.mktemp("doc-caches")
+
+
+@pytest.mark.parametrize("doc, mode, placeholders, body", ALL_BLOCKS)
+def test_documented_commands_run(doc, mode, placeholders, body, tmp_path, doc_caches):
     if mode == "parse-only":
         commands = list(_script_commands(body))
         assert commands, "a parse-only block must hold at least one of our scripts"
@@ -145,15 +205,23 @@ def test_documented_commands_run(doc, mode, body, tmp_path):
             module = importlib.import_module(f"sgl_diffusion_bench.cli.{CLI_MODULES[name]}")
             module.build_parser().parse_args(argv)  # raises UsageError if argparse rejects it
         return
-    assert mode is None, f"unknown doc-test mode {mode!r}"
+    assert mode == "run", f"unknown doc-test mode {mode!r}"
+    work, probe_cache = tmp_path / "work", doc_caches / engine_probe.CACHE_FILE_NAME
+    block_probe = work / ".cache" / engine_probe.CACHE_FILE_NAME
+    block_probe.parent.mkdir(parents=True)
+    if probe_cache.exists():
+        shutil.copy(probe_cache, block_probe)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               SGLANG_DIFFUSION_SKILL_WORKDIR=str(tmp_path), HF_TOKEN=HF_TOKEN_CANARY)
+               SGLANG_DIFFUSION_SKILL_WORKDIR=str(work), SGL_DIFFUSION_TINY_MODEL_DIR=str(doc_caches / "tiny-models"),
+               HF_TOKEN=HF_TOKEN_CANARY, **{name: str(PLACEHOLDERS[name]) for name in placeholders})
     before = _untracked()
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, f"{doc.name} block failed ({proc.returncode}):\n{body}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert HF_TOKEN_CANARY not in proc.stdout + proc.stderr
     assert _untracked() == before, "a documented command wrote files into the checkout"
+    if block_probe.exists() and not probe_cache.exists():
+        shutil.copy(block_probe, probe_cache)
 
 
 def _untracked() -> set[str]:

@@ -17,8 +17,10 @@ from .paths import CHECKOUT_ROOT
 RENDERERS = {
     "presets": "sgl_diffusion_bench.presets:render_preset_table",
     "fast-path-families": "sgl_diffusion_bench.fast_paths:render_family_table",
+    "error-codes": "sgl_diffusion_bench.error_codes:render_error_table",
 }
-DOCS = ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md")
+DOCS = ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "reference/presets.md",
+        "reference/troubleshooting.md")
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
                    re.S)
 
