@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.bundle-installed
 
-.PHONY: setup demo test selftest
+.PHONY: setup demo test selftest check lint wheel-selftest
 
 setup: $(STAMP)
 
@@ -30,3 +30,17 @@ test: setup
 
 selftest: setup
 	for s in scripts/*.py; do $(PY) $$s --self-test || exit 1; done
+
+# The fast lane: every test that needs no engine and no torch import (torch, sglang and the model libraries look
+# uninstalled there, in the tests and in every script they start: tests/check_lane/). Under a minute.
+check: setup
+	SGL_BENCH_CHECK_LANE=1 $(PY) -m pytest -q -p no:cacheprovider -m "not engine and not torch"
+
+# Style and dead code (config in pyproject.toml; vulture's known false positives in .ci/vulture_whitelist.py).
+lint: setup
+	$(PY) -m ruff check scripts tests benchmarks .ci
+	$(PY) -m vulture
+
+# The wheel's own self-tests, installed into a clean venv without torch or sglang.
+wheel-selftest: setup
+	PYTHON=$(PY) .ci/wheel-selftest

@@ -42,7 +42,7 @@ def seed(tmp_path) -> Path:
     (hub / ".locks" / "models--org--flux-tiny").mkdir(parents=True)
     (hub / ".locks" / "models--org--flux-tiny" / "x.lock").write_text("")
     (hub / "version.txt").write_text("1")
-    for dirpath, dirnames, filenames in os.walk(hub):
+    for dirpath, _dirnames, filenames in os.walk(hub):
         for name in filenames:
             p = Path(dirpath) / name
             if not p.is_symlink():

@@ -81,14 +81,6 @@ def load_manifest(path: Path = ASSETS_FILE) -> tuple[Asset, ...]:
     return parse_manifest(datafile.load(path, "assets.v1"), str(path))
 
 
-def get_asset(asset_id: str, manifest: tuple[Asset, ...] | None = None) -> Asset:
-    for asset in manifest if manifest is not None else load_manifest():
-        if asset.id == asset_id:
-            return asset
-    raise contract.InputError("input.unknown_asset", f"no asset {asset_id!r} in data/assets.yaml",
-                              "add it to data/assets.yaml")
-
-
 def read_lock(assets_dir: Path) -> dict[str, dict[str, str]]:
     path = assets_dir / LOCK_FILE_NAME
     if not path.exists():
@@ -97,7 +89,7 @@ def read_lock(assets_dir: Path) -> dict[str, dict[str, str]]:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise contract.InputError("input.assets_lock_unreadable", f"cannot read {path}: {exc}",
-                                  f"fix or remove {path} (hashes recorded there are re-learned on the next fetch)")
+                                  f"fix or remove {path} (hashes recorded there are re-learned on the next fetch)") from exc
     contract.validate_input(document, LOCK_SCHEMA_ID, str(path))
     return document["assets"]
 

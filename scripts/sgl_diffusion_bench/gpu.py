@@ -320,7 +320,7 @@ class GpuLease:
                     os.close(fd)
                     raise contract.PreconditionError(
                         "gpu.leased", f"GPU {uuid} is leased by another process: {record}",
-                        "pick other GPUs (print-idle-gpus skips leased ones) or wait for that campaign")
+                        "pick other GPUs (print-idle-gpus skips leased ones) or wait for that campaign") from None
                 self._fds.append(fd)
                 previous = _read_record(fd)
                 if previous and previous.get("pid") and not _pid_alive(int(previous["pid"])):

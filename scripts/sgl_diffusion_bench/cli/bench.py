@@ -131,7 +131,7 @@ def validate_run_args(args: argparse.Namespace) -> None:
             shlex.split(value)
     except ValueError as exc:
         raise contract.UsageError("usage.bad_extra_args", f"--extra-args does not parse: {exc}",
-                                  "quote it as one shell string, e.g. --extra-args='--dit-cpu-offload false'")
+                                  "quote it as one shell string, e.g. --extra-args='--dit-cpu-offload false'") from exc
 
 
 def selected_presets(args: argparse.Namespace) -> list[presets.Preset]:

@@ -1,0 +1,19 @@
+"""Names vulture (the dead-code gate in .ci/run) cannot see being used. Each entry says who uses it.
+
+vulture reads this file as code: an attribute access here counts as a use.
+"""
+
+# ruff: noqa: F821, B018
+_ = ExitCode.OK  # contract.ExitCode: exit status 0, part of the documented contract
+_ = signum  # cli/_runner.py: the signal handler's required signature
+_ = negative_prompt_summary  # presets.Preset: a field every presets.yaml entry may carry (schema presets.v1)
+_ = render_error_table  # named by string in doc_tables.RENDERERS
+_ = build_tiny_flux  # tiny_model.py calls it by name in a child interpreter
+_ = log_message  # tests/test_assets.py: http.server's hook, silenced
+_ = pix_fmt  # tests/test_quality.py: PyAV stream attribute
+_ = pytestmark  # pytest reads it
+# cpu_adapter/sgl_cpu_adapter.py: patched platform methods and their signatures, called by sglang
+_ = get_device_properties, including_emulation, get_local_torch_device, get_attn_backend_cls_str
+_ = dtype, head_size, selected_backend, get_torch_distributed_backend_str, parallel_state, __loader__
+# In code other work is changing now (trace/ per-step figures, the new inputs module); re-check when it lands.
+_ = device_step, load_json
