@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HF_TOKEN_CANARY, TEST_FIXTURES
+from conftest import HF_TOKEN_CANARY
 from sgl_diffusion_bench import engine_process
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
