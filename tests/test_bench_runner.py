@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_script
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, fileio, log_gates
+from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, fileio, log_gates, media, presets
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 MARKERS = log_gates.markers_for_version("0.5.10.post1")
@@ -175,3 +175,17 @@ def test_the_report_schema_types_gates_and_gpus():
     broken = copy.deepcopy(doc)
     broken["plan"]["gpus"]["leased_uuids"] = None
     assert contract.validation_errors(broken)
+
+
+def test_outputs_are_the_media_kinds_the_task_produces(tmp_path):
+    for name in ("cat_base.png", "cat_base.gif", "cat_base.mp4", "cat_base.wav", "cat_base.json"):
+        (tmp_path / name).write_bytes(b"x")
+    image, others = media.split_outputs(tmp_path, "cat_base", "t2i")
+    assert [p.name for p in image] == ["cat_base.png"]  # a .gif is never an image preset's output ...
+    assert [p.name for p in others] == ["cat_base.gif", "cat_base.mp4", "cat_base.wav"]  # ... only listed
+    video, _ = media.split_outputs(tmp_path, "cat_base", "t2v")
+    assert [p.name for p in video] == ["cat_base.gif", "cat_base.mp4"]
+    sound, _ = media.split_outputs(tmp_path, "cat_base", "t2va")
+    assert [p.name for p in sound] == ["cat_base.gif", "cat_base.mp4", "cat_base.wav"]
+    every_task = {p.task for p in presets.load_presets()}
+    assert every_task <= set(media.TASK_KINDS)  # every preset's task names its media

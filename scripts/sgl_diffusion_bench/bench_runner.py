@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, host_load,
-               log_gates, model_cache, report, run_claim, stats, validity, warm_campaign)
+               log_gates, media, model_cache, report, run_claim, stats, validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
@@ -332,9 +332,9 @@ class CampaignRunner:
             self.adapter = adapter
         # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.
         memory_kind = "process_rss" if adapter and adapter["memory_source"] == "process_rss" else "device"
+        outputs, others = media.split_outputs(invocation.output_dir, invocation.output_file_stem, self.preset.task)
         judged = judge_request(verdict=verdict, returncode=run.returncode, stop_reason=run.stop_reason,
-                               perf_dump_path=invocation.perf_dump_path,
-                               output_paths=find_outputs(invocation.output_dir, invocation.output_file_stem),
+                               perf_dump_path=invocation.perf_dump_path, output_paths=outputs,
                                memory_kind=memory_kind)
         gates.update(log=verdict.to_json(), stop={"reason": run.stop_reason, "line": run.stop_line,
                                                    "after_s": run.stopped_after_s})
@@ -343,6 +343,8 @@ class CampaignRunner:
         status, reasons = with_contention(judged.status, judged.reasons, before, after)
         cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
                     perf=judged.perf, outputs=list(judged.outputs), gates=gates)
+        if others:  # listed for debugging, never taken as this task's output
+            cell["other_files"] = [str(p) for p in others]
         validity.strip_numbers(cell)
 
     # -- reporting -----------------------------------------------------------------------------------------------

@@ -6,14 +6,10 @@ come here, so one rule decides what counts.
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import engine_process, fileio, log_gates, perf_dump
-
-GENERATED_OUTPUT_SUFFIXES = (".glb", ".jpeg", ".jpg", ".mp4", ".obj", ".png", ".wav", ".webp", ".gif")
-
+from . import engine_process, fileio, log_gates, media, perf_dump
 
 @dataclasses.dataclass(frozen=True)
 class RequestJudgement:
@@ -23,13 +19,9 @@ class RequestJudgement:
     outputs: tuple[dict[str, Any], ...]
 
 
-def find_outputs(run_dir: Path, stem: str) -> list[Path]:
-    """This run's media only: ``<stem>[_N].<ext>`` inside its own directory (never a prefix glob)."""
-    pattern = re.compile(re.escape(stem) + r"(?:_\d+)?(?:" + "|".join(map(re.escape, GENERATED_OUTPUT_SUFFIXES)) + ")$",
-                         re.IGNORECASE)
-    if not run_dir.is_dir():
-        return []
-    return sorted(p for p in run_dir.iterdir() if p.is_file() and pattern.fullmatch(p.name))
+def find_outputs(run_dir: Path, stem: str, task: str | None = None) -> list[Path]:
+    """This run's outputs of the kinds its task produces (media.py): ``<stem>[_N].<ext>`` in its own directory."""
+    return media.split_outputs(run_dir, stem, task)[0]
 
 
 def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, stop_reason: str | None,

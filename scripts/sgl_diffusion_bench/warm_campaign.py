@@ -296,7 +296,7 @@ class WarmCampaign:
             returncode = start.engine.process.poll()
         judged = request_path.judge_request(
             verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason, perf_dump_path=perf_dump,
-            output_paths=request_path.find_outputs(output_dir, stem), memory_kind=start.memory_kind)
+            output_paths=request_path.find_outputs(output_dir, stem, runner.preset.task), memory_kind=start.memory_kind)
         if segment.status in ("error", "exited") and not segment.stop_reason:
             judged = dataclasses.replace(judged, status="failed", reasons=(
                 _segment_reason(segment, "during this request"), *judged.reasons))
