@@ -7,6 +7,7 @@ values from ``ENV_VARS_TRUE_VALUES``), applied to any environment, e.g. the one 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Mapping
 
 from huggingface_hub import constants as hub_constants
@@ -30,3 +31,29 @@ def offline(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     value = next((env[name] for name in OFFLINE_VARS if env.get(name)), None)
     return value is not None and value.upper() in hub_constants.ENV_VARS_TRUE_VALUES
+
+
+def _hf_home(env: Mapping[str, str]) -> Path:
+    xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.path.expanduser(env.get("HF_HOME") or os.path.join(xdg, "huggingface")))
+
+
+def hub_cache(environ: Mapping[str, str] | None = None) -> Path:
+    """The hub cache huggingface_hub would use in ``environ`` (its constants' rule: HF_HUB_CACHE, the legacy
+    HUGGINGFACE_HUB_CACHE, else HF_HOME/hub)."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    return Path(os.path.expanduser(explicit)) if explicit else _hf_home(env) / "hub"
+
+
+def token_available(environ: Mapping[str, str] | None = None) -> bool:
+    """A token in a variable or in the login file (HF_TOKEN_PATH, else HF_HOME/token), as huggingface_hub finds
+    one. Presence only: the value is never read into our output."""
+    env = os.environ if environ is None else environ
+    if token_vars_set(env):
+        return True
+    path = Path(os.path.expanduser(env.get("HF_TOKEN_PATH") or str(_hf_home(env) / "token")))
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False

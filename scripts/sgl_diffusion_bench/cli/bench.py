@@ -8,12 +8,13 @@ artifacts) without running it.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, nightly,
-               perf_compare, presets, selftest, warm_campaign)
+from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, model_access,
+               model_cache, nightly, perf_compare, presets, selftest, warm_campaign)
 from . import _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -187,10 +188,19 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         warm_schedule=args.warm_schedule)
 
 
+def access_hubs(args: argparse.Namespace) -> list[Path] | None:
+    """Where a gated model's local copy may be: the seed caches of an isolated run, else the caller's hub."""
+    if args.model_cache_root:
+        return [model_cache.resolve_seed_hub(s) for s in args.seed_model_cache_root]
+    return None
+
+
 def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,
                build_model: bool, environment: dict[str, Any] | None = None,
                use_cpu_adapter: bool = False) -> bench_runner.CampaignRunner:
-    """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag) up front."""
+    """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag or a gated
+    model cannot be reached) up front."""
+    preset = model_access.require(preset, os.environ, access_hubs(args))
     model_path = local_model_path(preset.local_model, build=build_model) if preset.local_model else None
     return bench_runner.CampaignRunner(
         preset, plan_campaign(args, caps), settings_from(args), caps, environment=environment or {},
@@ -309,6 +319,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     environment = _environment()
     runners = []
     for preset in selected_presets(args):  # every command first: a refusal precedes any engine request (not the probe)
+        model_access.require(preset, os.environ, access_hubs(args))  # a gated model nobody can fetch: exit 3 now
         if preset.num_gpus > 0 and not inventory.gpus:
             raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
                                              f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")

@@ -63,6 +63,16 @@ def resolve_root(root: str | Path) -> Path:
 def resolve_seed_hub(seed: str | Path) -> Path:
     """``<seed>/hub`` if it is a directory, else the seed itself when named ``hub``; resolved."""
     seed_path = Path(seed).expanduser()
+    if not seed_path.exists():
+        from .. import hf_settings
+
+        here = hf_settings.hub_cache()
+        found = [str(h) for h in (here.parent, here) if h.is_dir()]
+        raise contract.InputError(
+            "cache.seed_missing", f"seed cache {seed} does not exist",
+            ("this machine's Hugging Face home is " + found[0] + " (pass it, or its hub/ directory)") if found else
+            "no Hugging Face cache exists on this machine yet: drop --seed-model-cache-root (the run downloads "
+            "into its isolated cache) or point it at a directory that holds a hub/ with models--* folders")
     if (seed_path / "hub").is_dir():
         return (seed_path / "hub").resolve()
     if seed_path.is_dir() and seed_path.resolve().name == "hub":
