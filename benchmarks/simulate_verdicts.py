@@ -4,9 +4,14 @@
 Each campaign: ROUNDS rounds of A/B/B/A (2 cells per arm per round), e2e drawn from a normal distribution with the
 given CV around 4000 ms; the candidate mean is shifted by --change-pct. Reports the share of campaigns per verdict.
 Targets: at CV 0.5 % with no change, 'improved' in < 1 % of campaigns; with a 3 % speed-up, 'improved' in >= 95 %.
+With --sequential it also runs the --until-verdict rule (sequential.py): rounds one at a time up to --budget-rounds,
+a Bonferroni-corrected look after each; reported per scenario: false or true verdict rates, why campaigns stopped,
+and the mean rounds used. Sequential targets: on A/A, 'improved' + 'regressed' together in <= 1 % of campaigns at
+every CV; a 3 % change detected in >= 95 % at CV 0.5 %.
 Exit 1 when a target is missed.
 
   .venv/bin/python benchmarks/simulate_verdicts.py              # 1,000 campaigns per scenario
+  .venv/bin/python benchmarks/simulate_verdicts.py --sequential --resamples 2000
 """
 
 from __future__ import annotations
@@ -21,15 +26,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from sgl_diffusion_bench import stats  # noqa: E402
+from sgl_diffusion_bench import sequential, stats  # noqa: E402
 
 BASE_MS = 4000.0
 ORDER = ("A", "B", "B", "A")
 
 
-def simulated_cells(rng: np.random.Generator, rounds: int, cv_pct: float, change_pct: float) -> list[dict]:
+def simulated_cells(rng: np.random.Generator, rounds: int, cv_pct: float, change_pct: float,
+                    first_round: int = 1) -> list[dict]:
     cells = []
-    for rnd in range(1, rounds + 1):
+    for rnd in range(first_round, first_round + rounds):
         for pos, letter in enumerate(ORDER):
             mean = BASE_MS * (1 + change_pct / 100) if letter == "B" else BASE_MS
             e2e = float(rng.normal(mean, mean * cv_pct / 100))
@@ -49,13 +55,69 @@ def verdict_rates(campaigns: int, rounds: int, cv_pct: float, change_pct: float,
     return {v: counts[v] / campaigns for v in stats.VERDICTS}
 
 
+def sequential_rates(campaigns: int, budget: int, cv_pct: float, change_pct: float, seed: int) -> dict[str, float]:
+    """Verdict shares, stop reasons and mean rounds of --until-verdict campaigns, through sequential.look itself."""
+    rule = sequential.StoppingRule(stats.DEFAULT_THRESHOLD_PCT, budget)
+    rng = np.random.default_rng(seed)
+    verdicts, stops, rounds_used = collections.Counter(), collections.Counter(), []
+    for _ in range(campaigns):
+        cells: list[dict] = []
+        for rnd in range(1, budget + 1):
+            cells += [{**c, "index": len(cells) + k}
+                      for k, c in enumerate(simulated_cells(rng, 1, cv_pct, change_pct, first_round=rnd))]
+            if rnd < rule.min_rounds:
+                continue
+            seen = sequential.look(rule, cells, "A", "B", rnd)
+            if seen["stop"]:
+                verdicts[seen["verdict"]] += 1
+                stops[seen["stop"]] += 1
+                rounds_used.append(rnd)
+                break
+    out = {v: verdicts[v] / campaigns for v in stats.VERDICTS}
+    out.update({f"stop:{k}": stops[k] / campaigns for k in sequential.STOP_REASONS})
+    out["mean_rounds"] = float(np.mean(rounds_used))
+    return out
+
+
+def run_sequential(args: argparse.Namespace) -> list[str]:
+    scenarios = [(f"A/A, CV {cv:g}%", cv, 0.0) for cv in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)]
+    scenarios += [(f"3% faster, CV {cv:g}%", cv, -3.0) for cv in (0.5, 1.0, 2.0)]
+    scenarios += [("3% slower, CV 0.5%", 0.5, 3.0), ("1% faster (below threshold), CV 0.5%", 0.5, -1.0)]
+    rule = sequential.StoppingRule(stats.DEFAULT_THRESHOLD_PCT, args.budget_rounds)
+    print(f"\nsequential (--until-verdict): {args.campaigns} campaigns per scenario, budget {args.budget_rounds} "
+          f"rounds, look confidence {rule.look_confidence:.5f} (t interval of per-round changes)")
+    print(f"{'scenario':38} {'improved':>9} {'regressed':>9} {'no-change':>9} {'insuff.':>8} "
+          f"{'stop:verdict':>12} {'stop:equiv':>10} {'stop:budget':>11} {'rounds':>7}")
+    failures = []
+    for name, cv, change in scenarios:
+        r = sequential_rates(args.campaigns, args.budget_rounds, cv, change, args.seed)
+        print(f"{name:38} {r['improved'] * 100:8.1f}% {r['regressed'] * 100:8.1f}% "
+              f"{r['no-significant-change'] * 100:8.1f}% {r['insufficient-data'] * 100:7.1f}% "
+              f"{r['stop:verdict'] * 100:11.1f}% {r['stop:equivalent'] * 100:9.1f}% {r['stop:budget'] * 100:10.1f}% "
+              f"{r['mean_rounds']:7.2f}", flush=True)
+        if change == 0.0 and r["improved"] + r["regressed"] > 0.01:
+            failures.append(f"sequential false verdicts above 1% ({name})")
+        if name == "3% faster, CV 0.5%" and r["improved"] < 0.95:
+            failures.append("sequential: 3% speed-up detected in under 95% of campaigns at CV 0.5%")
+        if name == "3% slower, CV 0.5%" and r["regressed"] < 0.95:
+            failures.append("sequential: 3% slow-down detected in under 95% of campaigns at CV 0.5%")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--campaigns", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--resamples", type=int, default=stats.DEFAULT_RESAMPLES)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sequential", action="store_true", help="also simulate the --until-verdict rule")
+    parser.add_argument("--only-sequential", action="store_true", help="simulate only the --until-verdict rule")
+    parser.add_argument("--budget-rounds", type=int, default=sequential.DEFAULT_BUDGET_ROUNDS)
     args = parser.parse_args()
+    if args.only_sequential:
+        failures = run_sequential(args)
+        print("targets met" if not failures else "TARGETS MISSED: " + "; ".join(failures))
+        return 1 if failures else 0
     scenarios = [("A/A, CV 0.5%", 0.5, 0.0), ("3% faster, CV 0.5%", 0.5, -3.0), ("3% slower, CV 0.5%", 0.5, 3.0),
                  ("A/A, CV 1.0% (info)", 1.0, 0.0), ("3% faster, CV 1.0% (info)", 1.0, -3.0)]
     print(f"{args.campaigns} campaigns per scenario, {args.rounds} A/B/B/A rounds, {args.resamples} bootstrap "
@@ -75,6 +137,8 @@ def main() -> int:
         failures.append("3% speed-up detected in under 95% of campaigns")
     if results["3% slower, CV 0.5%"]["regressed"] < 0.95:
         failures.append("3% slow-down detected in under 95% of campaigns")
+    if args.sequential:
+        failures += run_sequential(args)
     print("targets met" if not failures else "TARGETS MISSED: " + "; ".join(failures))
     return 1 if failures else 0
 

@@ -111,3 +111,56 @@ def test_a_warm_aa_campaign_uses_one_engine_and_judges_every_request(tmp_path):
     warmup = Path(start["log_path"]).parent / "warmup1"
     assert (warmup / "warmup.perf.json").is_file() and json.loads((warmup / "warmup.perf.json").read_text())
     assert "[engine e1] ready after" in run.stderr
+
+
+# -- samples and the sequential rule ------------------------------------------------------------------------------
+
+def test_samples_repeat_each_slot_with_distinct_files(tmp_path):
+    from sgl_diffusion_bench import campaign
+
+    plan = campaign.plan("abba", rounds=1, samples=3)
+    assert [(s.position, s.sample) for s in plan.slots[:4]] == [("A1", 1), ("A1", 2), ("A1", 3), ("B1", 1)]
+    assert len(plan.slots) == 12 and len(plan.to_json()["order"]) == 4
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "1",
+                     "--samples", "2", "--engine-capabilities", "recent", "--label", "s", "--output-dir",
+                     str(tmp_path), "--dry-run", "--json")
+    run_ids = [r["run_id"] for r in run.document["runs"]]
+    assert len(run_ids) == 8 == len(set(run_ids)) and run_ids[0].endswith("r01p01s01")
+
+
+def _round_cells(changes_pct, noise=(0.0, 0.0)):
+    cells = []
+    for r, change in enumerate(changes_pct, start=1):
+        for arm, value in (("A", 100.0 + noise[0]), ("B", 100.0 * (1 + change / 100)), ("B", 100.0 * (1 + change / 100)),
+                           ("A", 100.0 - noise[0])):
+            cells.append({"index": len(cells), "arm": arm, "round": r, "status": "valid", "perf": {"e2e_ms": value}})
+    return cells
+
+
+def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
+    from sgl_diffusion_bench import sequential
+
+    assert sequential.t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert sequential.t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
+    rule = sequential.StoppingRule(1.5, budget_rounds=6)
+    assert rule.looks == 5 and rule.look_confidence == pytest.approx(0.998)
+    faster = sequential.look(rule, _round_cells([-5.0, -5.2, -4.9, -5.1]), "A", "B", 4)
+    assert faster["verdict"] == "improved" and faster["stop"] == "verdict" and faster["ci_high_pct"] < -1.5
+    same = sequential.look(rule, _round_cells([0.1, -0.1, 0.05, 0.0]), "A", "B", 4)
+    assert same["stop"] == "equivalent" and same["verdict"] == "no-significant-change"
+    unsure = sequential.look(rule, _round_cells([-3.0, 1.0]), "A", "B", 2)
+    assert unsure["stop"] is None and unsure["verdict"] == "no-significant-change"
+    spent = sequential.look(rule, _round_cells([-3.0, 1.0, -2.0, 0.5, -4.0, 2.0]), "A", "B", 6)
+    assert spent["stop"] == "budget"
+    mixed = sequential.look(rule, _round_cells([-5.0, -5.0, -5.0, 0.5]), "A", "B", 4)
+    assert mixed["verdict"] != "improved"  # a round that disagrees blocks a verdict
+    with pytest.raises(Exception, match="budget"):
+        sequential.StoppingRule(1.5, budget_rounds=1)
+
+
+@pytest.mark.parametrize("args", [["--campaign", "matrix"], []])
+def test_until_verdict_needs_one_ab_comparison(args, tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", *args, "--until-verdict",
+                     "--engine-capabilities", "recent", "--label", "u", "--output-dir", str(tmp_path), "--dry-run",
+                     "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "usage.until_verdict_needs_ab"

@@ -54,6 +54,7 @@ class CampaignSettings:
     engine_mode: str = "cold"  # cold: one `sglang generate` per cell; warm: resident engines serve the cells
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
     warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
+    stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
@@ -114,10 +115,13 @@ class Progress:
 
 
 def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path) -> dict[str, Any]:
-    return {"index": slot.index, "arm": slot.arm, "round": slot.round, "position": slot.position,
+    cell = {"index": slot.index, "arm": slot.arm, "round": slot.round, "position": slot.position,
             "status": "skipped", "reasons": [], "argv": list(argv), "started_at": None, "wall_s": None,
             "returncode": None, "log_path": None, "perf_dump_path": str(perf_dump_path), "perf": None,
             "outputs": [], "gates": {}}
+    if slot.sample is not None:
+        cell["sample"] = slot.sample
+    return cell
 
 
 class CampaignRunner:
@@ -142,6 +146,11 @@ class CampaignRunner:
         self.cli_prefix = [*engine_process.sglang_cli(), "generate"]
         self.engine_python = sys.executable  # the warm driver runs under the engine's interpreter
         self._warm: warm_campaign.WarmCampaign | None = None
+        self.looks: list[dict[str, Any]] = []  # --until-verdict: one entry per look at the change
+        if settings.stopping is not None and (plan.baseline_arm is None or plan.mode == "matrix"):
+            raise contract.UsageError("usage.until_verdict_needs_ab", f"--until-verdict needs one A/B/B/A "
+                                      f"comparison; --campaign {plan.mode} has none or several",
+                                      "use --campaign abba, aa or ab")
         adapter_switches_off(self.caller_env)  # a typo in the switch is a usage error before anything runs
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
@@ -159,7 +168,7 @@ class CampaignRunner:
         arm = self.plan.arms[slot.arm]
         options = command_builder.RunOptions(
             label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,
-            position=slot.position_number, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
+            position=slot.position_number, sample=slot.sample, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
             extra_args=(*self.settings.extra_args, *arm.extra_args, *port_args_for(self.engine)))
@@ -211,6 +220,8 @@ class CampaignRunner:
                     finally:
                         self.write_report()
                     progress.done(cell)
+                    if self._stop_after(index):
+                        break
                 exit_reason = validity.exit_reason(self.cells)
         except KeyboardInterrupt:
             self._finish("interrupted")
@@ -219,6 +230,32 @@ class CampaignRunner:
             self._finish(exit_reason)
             raise
         return self._finish(exit_reason)
+
+    def _stop_after(self, index: int) -> bool:
+        """--until-verdict: at the end of each round, look at the change; True when the campaign may stop."""
+        rule = self.settings.stopping
+        if rule is None:
+            return False
+        slot = self.plan.slots[index]
+        following = self.plan.slots[index + 1] if index + 1 < len(self.plan.slots) else None
+        if slot.round is None or (following is not None and following.round == slot.round):
+            return False
+        if slot.round < rule.min_rounds:
+            return False
+        self.looks.append(sequential.look(rule, self.cells[:index + 1], self.plan.baseline_arm,
+                                          self.plan.candidate_arm, slot.round))
+        stop = self.looks[-1]["stop"]
+        if stop is None:
+            return False
+        print(f"[until-verdict] stop after round {slot.round}: {stop} ({self.looks[-1]['verdict']})",
+              file=sys.stderr, flush=True)
+        del self.cells[index + 1:]  # planned rounds that were not needed are not part of the campaign
+        del self.invocations[index + 1:]
+        return True
+
+    def rounds_run(self) -> int:
+        return max((c["round"] for c in self.cells if c["round"] is not None and c["status"] != "skipped"),
+                   default=0)
 
     @contextlib.contextmanager
     def _engines(self, prepared) -> Iterator[warm_campaign.WarmCampaign | None]:
@@ -355,13 +392,17 @@ class CampaignRunner:
         # outputs first: a cell whose bytes break its level's contract is invalid before any statistic is taken
         output_quality = validity.apply_output_checks(self.cells, {n: a.to_json() for n, a in arms.items()},
                                                       baseline, self.engine.quality_values)
+        rule = self.settings.stopping
+        confidence = {"confidence": rule.look_confidence} if rule is not None else {}  # what the looks used
         summary = stats.summarize(self.cells, list(arms), self.plan.baseline_arm, self.plan.candidate_arm,
-                                  discard_outliers=self.settings.discard_outliers,
+                                  discard_outliers=self.settings.discard_outliers, **confidence,
                                   threshold_pct=self.settings.threshold_pct,
                                   primary_metric=self.settings.primary_metric)
         summary["output_quality"] = output_quality
         summary["host_contention"] = host_contention(self.cells)
         validity.apply_to_comparison(summary["comparison"], output_quality)
+        if rule is not None:
+            sequential.apply_to_comparison(summary["comparison"], rule, self.looks)
         return summary
 
     def report(self) -> dict[str, Any]:
@@ -379,14 +420,22 @@ class CampaignRunner:
             if cell["arm"] not in seen_arms:
                 seen_arms.add(cell["arm"])
                 reproduce.append({"arm": cell["arm"], "command": reproduce_command(inv.argv, inv.env_set, inv.env_copy)})
+        rounds = self.plan.rounds
+        if self.settings.stopping is not None:  # the rounds the campaign kept, not the budget
+            rounds = max((c["round"] for c in self.cells if c["round"] is not None), default=rounds)
         doc = contract.envelope(
             "bench-report.v1", TOOL, ok=ok,
             campaign={"mode": self.plan.mode, "preset": self.preset.name, "label": self.settings.label,
-                      "rounds": self.plan.rounds, "threshold_pct": self.settings.threshold_pct,
+                      "rounds": rounds, "threshold_pct": self.settings.threshold_pct,
                       "primary_metric": self.settings.primary_metric, "baseline_arm": self.plan.baseline_arm,
                       "candidate_arm": self.plan.candidate_arm, "discard_outliers": self.settings.discard_outliers,
                       "arms": {n: a.to_json() for n, a in self.plan.arms.items()},
-                      "order": self.plan.to_json()["order"]},
+                      "order": [o for o in self.plan.to_json()["order"] if o["round"] <= rounds],
+                      "samples": self.plan.samples,
+                      "stopping": (sequential.record(self.settings.stopping, self.looks, self.rounds_run())
+                                   if self.settings.stopping is not None else
+                                   {"rule": "fixed", "description": f"{self.plan.rounds} round(s) as planned",
+                                    "rounds_run": self.rounds_run()})},
             engine=engine, environment=self.environment,
             plan={"output_dir": str(self.settings.output_root), "report_path": str(self.report_path),
                   "gpus": {"cuda_visible_devices": self.cuda_visible_devices, "leased_uuids": self.leased_gpu_uuids,

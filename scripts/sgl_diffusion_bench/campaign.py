@@ -46,6 +46,7 @@ class Slot:
     arm: str
     round: int | None
     position: str | None
+    sample: int | None = None  # 1..N when the campaign takes N samples per slot, else None
 
     @property
     def position_number(self) -> int | None:
@@ -61,26 +62,33 @@ class Campaign:
     rounds: int
     baseline_arm: str | None
     candidate_arm: str | None
+    samples: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "rounds": self.rounds, "baseline_arm": self.baseline_arm,
                 "candidate_arm": self.candidate_arm, "arms": {n: a.to_json() for n, a in self.arms.items()},
                 "order": [{"round": s.round, "position": s.position, "arm": s.arm} for s in self.slots
-                          if s.round is not None]}
+                          if s.round is not None and s.sample in (None, 1)]}
 
 
-def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 1) -> list[Slot]:
+def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 1, samples: int = 1) -> list[Slot]:
+    """A1 B1 B2 A2 per round; with ``samples`` > 1 each position takes that many measured requests in a row."""
     slots = []
     for r in range(first_round, first_round + rounds):
         for letter, position in ABBA_POSITIONS:
-            slots.append(Slot(start_index + len(slots), (a if letter == "A" else b).name, r, position))
+            for n in range(1, samples + 1):
+                slots.append(Slot(start_index + len(slots), (a if letter == "A" else b).name, r, position,
+                                  n if samples > 1 else None))
     return slots
 
 
 def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None, bcg: bool = False,
          arm_a_args: Sequence[str] = (), arm_b_args: Sequence[str] = (),
-         engine_qualities: Sequence[str] | None = None) -> Campaign:
+         engine_qualities: Sequence[str] | None = None, samples: int = 1) -> Campaign:
     """The campaign for ``mode``; a UsageError when the mode's inputs do not fit it."""
+    if samples < 1:
+        raise contract.UsageError("usage.bad_samples", f"--samples must be at least 1, got {samples}",
+                                  "use --samples 1 (one measured request per slot) or more")
     if mode not in MODES:
         raise contract.UsageError("usage.bad_campaign", f"unknown campaign {mode!r}", f"use one of {', '.join(MODES)}")
     if not 1 <= rounds <= MAX_ROUNDS:
@@ -91,22 +99,25 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
                                   "add --campaign ab")
     if mode == "single":
         arm = Arm("run", None, "one run" + (" with BCG" if bcg else ""), quality=quality, bcg=bcg)
-        return Campaign(mode, {arm.name: arm}, (Slot(0, arm.name, None, None),), 1, None, None)
+        slots = tuple(Slot(n - 1, arm.name, None, None, n if samples > 1 else None) for n in range(1, samples + 1))
+        return Campaign(mode, {arm.name: arm}, slots, 1, None, None, samples)
     if mode == "abba":
         a = Arm("eager", "A", "eager (baseline)", quality=quality)
         b = Arm("bcg", "B", "breakable CUDA graphs (candidate)", quality=quality, bcg=True)
-        return Campaign(mode, {"eager": a, "bcg": b}, tuple(_abba(a, b, rounds)), rounds, "eager", "bcg")
+        return Campaign(mode, {"eager": a, "bcg": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "eager",
+                        "bcg", samples)
     if mode == "aa":
         a = Arm("a", "A", "configuration under test", quality=quality, bcg=bcg)
         b = Arm("a-again", "B", "the same configuration again (A/A noise measurement)", quality=quality, bcg=bcg)
-        return Campaign(mode, {"a": a, "a-again": b}, tuple(_abba(a, b, rounds)), rounds, "a", "a-again")
+        return Campaign(mode, {"a": a, "a-again": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "a",
+                        "a-again", samples)
     if mode == "ab":
         if not arm_b_args and not arm_a_args:
             raise contract.UsageError("usage.ab_needs_arms", "--campaign ab needs --arm-b-args (and optionally "
                                       "--arm-a-args)", "e.g. --arm-b-args='--attention-backend fa'")
         a = Arm("a", "A", "baseline: " + (" ".join(arm_a_args) or "preset as is"), tuple(arm_a_args), quality, bcg)
         b = Arm("b", "B", "candidate: " + " ".join(arm_b_args), tuple(arm_b_args), quality, bcg)
-        return Campaign(mode, {"a": a, "b": b}, tuple(_abba(a, b, rounds)), rounds, "a", "b")
+        return Campaign(mode, {"a": a, "b": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "a", "b", samples)
     # matrix: every quality the engine offers; the engine decides, not a hard-coded list
     if not engine_qualities:
         raise contract.PreconditionError("engine.no_quality_levels", "the installed engine has no --quality "
@@ -118,6 +129,6 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
         a = Arm(f"eager-{q}", "A", f"eager, quality={q}", quality=q)
         b = Arm(f"bcg-{q}", "B", f"BCG, quality={q}", quality=q, bcg=True)
         arms.update({a.name: a, b.name: b})
-        slots += _abba(a, b, rounds, start_index=len(slots))
+        slots += _abba(a, b, rounds, start_index=len(slots), samples=samples)
     first = engine_qualities[0]
-    return Campaign(mode, arms, tuple(slots), rounds, f"eager-{first}", f"bcg-{first}")
+    return Campaign(mode, arms, tuple(slots), rounds, f"eager-{first}", f"bcg-{first}", samples)

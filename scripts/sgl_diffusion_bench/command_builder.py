@@ -54,6 +54,7 @@ class RunOptions:
     arm: str | None = None  # e.g. "A"/"B" in a campaign, a matrix mode such as "bcg-high"
     round: int | None = None
     position: int | None = None
+    sample: int | None = None  # the n-th measured request of one slot (--samples), 1-based
     quality: str | None = None  # None: the engine's default, pinned as lossless where --quality exists
     warmup: bool = True
     breakable_cuda_graph: bool = False
@@ -90,7 +91,8 @@ class RunOptions:
         if self.arm:
             parts.append(self.arm)
         if self.round is not None or self.position is not None:
-            parts.append(f"r{self.round or 0:02d}p{self.position or 0:02d}")
+            parts.append(f"r{self.round or 0:02d}p{self.position or 0:02d}"
+                         + (f"s{self.sample:02d}" if self.sample is not None else ""))
         return "__".join(parts)
 
 

@@ -322,7 +322,7 @@ class WarmCampaign:
             Path(cell["log_path"]).write_text("", encoding="utf-8")
             cell.update(status="failed", reasons=[f"engine.not_serving: engine {start.id} did not start or stopped: "
                                                   + "; ".join(start.reasons[:2])], wall_s=0.0,
-                        gates={"contention": {"checked": False}, "engine": start.id})
+                        gates={"contention": {"checked": False}})
             return
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
@@ -426,9 +426,16 @@ def cold_engines_block(cells: Sequence[dict[str, Any]], metric: str, threshold_p
 
 @contextlib.contextmanager
 def warm_engines(runner, prepared):
+    """The campaign's engines: shut down gracefully when it ends, stopped at once on Ctrl-C or an error (a driver
+    still loading reads no quit request)."""
     campaign = WarmCampaign(runner, prepared)
     try:
         yield campaign
+    except BaseException:
+        for start in campaign.starts:
+            if start.engine is not None:
+                start.engine.stop()
+        raise
     finally:
         campaign.close_all()
 

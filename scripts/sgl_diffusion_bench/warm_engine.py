@@ -100,9 +100,8 @@ class WarmEngine:
 
     def stop(self) -> None:
         """Stop the whole group now (SIGTERM, then SIGKILL after a grace period)."""
-        if self.process is not None and self.process.poll() is None or (
-                self.process is not None and _group_alive(self.process.pid)):
-            engine_process._stop_group(self.process)
+        if self.process is not None and (self.process.poll() is None or _group_alive(self.process.pid)):
+            engine_process.stop_group(self.process)
 
     def close(self) -> float:
         """Ask the driver to shut the engine down; stop it if it does not within QUIT_GRACE_S. Returns seconds."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, model_access,
-               model_cache, nightly, perf_compare, presets, selftest, warm_campaign)
+               model_cache, nightly, perf_compare, presets, selftest, sequential, warm_campaign)
 from . import _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -74,6 +74,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                            "engine configuration serves every cell of the campaign (same flags, same gates)")
     camp.add_argument("--warmup-requests", type=_runner.bounded_int(0, 100), default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
+    camp.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
+                      help="measured requests per slot (A1, B1, ...), taken back to back (default 1)")
+    camp.add_argument("--until-verdict", action="store_true",
+                      help="run rounds until the change's interval excludes +/-threshold or --budget-rounds is "
+                           "spent (a sequential rule with Bonferroni-corrected looks; the report records it)")
+    camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, 1000), default=sequential.DEFAULT_BUDGET_ROUNDS,
+                      help=f"--until-verdict: most rounds to run (default {sequential.DEFAULT_BUDGET_ROUNDS})")
     camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
                            "resident and interleaves requests A/B/B/A when memory allows, else alternates blocks")
@@ -147,7 +154,9 @@ def campaign_mode(args: argparse.Namespace) -> str:
 
 
 def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> campaign.Campaign:
-    return campaign.plan(campaign_mode(args), rounds=args.rounds, quality=args.quality, bcg=args.breakable_cuda_graph,
+    rounds = args.budget_rounds if args.until_verdict else args.rounds
+    return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
+                         bcg=args.breakable_cuda_graph,
                          arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
                          engine_qualities=[q for q in command_builder.BENCHMARK_QUALITY_LEVELS
                                            if q in (caps.quality_values or ())] or None)
@@ -185,7 +194,9 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         seed_caches=tuple(Path(p) for p in args.seed_model_cache_root), cleanup_model_cache=args.cleanup_model_cache,
         cleanup_ledger=Path(args.cleanup_ledger) if args.cleanup_ledger else None, write_report=args.report,
         echo_engine=args.echo_engine, engine_mode=args.engine, warmup_requests=args.warmup_requests,
-        warm_schedule=args.warm_schedule)
+        warm_schedule=args.warm_schedule,
+        stopping=sequential.StoppingRule(args.threshold_pct, args.budget_rounds, metric=args.primary_metric)
+        if args.until_verdict else None)
 
 
 def access_hubs(args: argparse.Namespace) -> list[Path] | None:

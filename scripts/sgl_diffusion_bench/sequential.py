@@ -1,0 +1,174 @@
+"""Sample until the answer is known: the stopping rule of ``--until-verdict``. Pure: cells in, a decision out.
+
+After each complete A/B/B/A round (from ``min_rounds`` on) the campaign looks at the primary metric's change, one
+value per round (candidate round mean over baseline round mean; pairing by round cancels slow drift). It stops when
+the Student-t interval of the mean round change excludes both -threshold and +threshold: entirely beyond one of them
+with every round agreeing ("improved"/"regressed"), or entirely between them (no change worth claiming); otherwise it
+runs another round, until the budget of rounds is spent ("no-significant-change").
+
+Why not the bootstrap of ``stats``: with two cells per arm per round the percentile bootstrap's interval is too
+narrow (it cannot see the spread it never sampled), and looking after every round multiplies its chances of a false
+verdict. The t interval on round changes has its stated coverage at any CV, and each look uses a Bonferroni share
+of the error: confidence 1 - (1 - overall) / looks, where ``looks`` is the most the budget allows. By the union
+bound the chance of any false "improved"/"regressed" on an A/A campaign stays under 1 - overall (1 %) at any CV;
+benchmarks/simulate_verdicts.py --sequential measures it. With --until-verdict the report's verdict is this rule's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Mapping, Sequence
+
+from . import contract, stats
+
+DEFAULT_BUDGET_ROUNDS = 8
+DEFAULT_OVERALL_CONFIDENCE = 0.99
+STOP_REASONS = ("verdict", "equivalent", "budget")
+
+
+@dataclasses.dataclass(frozen=True)
+class StoppingRule:
+    threshold_pct: float
+    budget_rounds: int
+    min_rounds: int = stats.DEFAULT_MIN_ROUNDS
+    overall_confidence: float = DEFAULT_OVERALL_CONFIDENCE
+    metric: str = "e2e_ms"
+
+    def __post_init__(self) -> None:
+        if self.budget_rounds < self.min_rounds:
+            raise contract.UsageError("usage.bad_budget", f"--budget-rounds {self.budget_rounds} is below the "
+                                      f"{self.min_rounds} rounds any verdict needs",
+                                      f"use --budget-rounds {self.min_rounds} or more")
+
+    @property
+    def looks(self) -> int:
+        return self.budget_rounds - self.min_rounds + 1
+
+    @property
+    def look_confidence(self) -> float:
+        return 1 - (1 - self.overall_confidence) / self.looks
+
+    def describe(self) -> str:
+        return (f"sequential: after each round from round {self.min_rounds}, the {self.look_confidence * 100:.4g}% "
+                f"Student-t interval of the mean per-round {self.metric} change (Bonferroni over {self.looks} looks, "
+                f"overall {self.overall_confidence * 100:g}%); stop with 'improved'/'regressed' when it lies entirely "
+                f"below -{self.threshold_pct:g}% / above +{self.threshold_pct:g}% and every round agrees, with "
+                f"'no-significant-change' when it lies inside +/-{self.threshold_pct:g}% or after {self.budget_rounds} "
+                f"rounds")
+
+
+def round_changes(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, metric: str) -> list[float]:
+    """One relative change (%) per round that has valid cells of both arms."""
+    used = stats.used_cells(cells)
+    out = []
+    for r in sorted({c["round"] for c in used if c.get("round") is not None}):
+        base = [c["perf"][metric] for c in used if c["round"] == r and c["arm"] == baseline
+                and c["perf"].get(metric) is not None]
+        cand = [c["perf"][metric] for c in used if c["round"] == r and c["arm"] == candidate
+                and c["perf"].get(metric) is not None]
+        if base and cand:
+            out.append((statistics.fmean(cand) - statistics.fmean(base)) / statistics.fmean(base) * 100)
+    return out
+
+
+def look(rule: StoppingRule, cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str,
+         rounds_done: int) -> dict[str, Any]:
+    """One look after ``rounds_done`` rounds: the interval of the mean round change, the verdict, whether to stop."""
+    changes = round_changes(cells, baseline, candidate, rule.metric)
+    t = rule.threshold_pct
+    low = high = mean = None
+    verdict, stop = "insufficient-data", None
+    if len(changes) >= max(rule.min_rounds, 2):
+        mean = statistics.fmean(changes)
+        half = t_quantile(1 - (1 - rule.look_confidence) / 2, len(changes) - 1) * statistics.stdev(changes) \
+            / math.sqrt(len(changes))
+        low, high = mean - half, mean + half
+        verdict = "no-significant-change"
+        if high < -t and all(c < 0 for c in changes):
+            verdict, stop = "improved", "verdict"
+        elif low > t and all(c > 0 for c in changes):
+            verdict, stop = "regressed", "verdict"
+        elif -t < low and high < t:
+            stop = "equivalent"
+    if stop is None and rounds_done >= rule.budget_rounds:
+        stop = "budget"
+    return {"round": rounds_done, "verdict": verdict, "ci_low_pct": low, "ci_high_pct": high, "change_pct": mean,
+            "stop": stop}
+
+
+def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: int) -> dict[str, Any]:
+    """The report's ``campaign.stopping``: the rule, every look, and why the campaign ended."""
+    final = looks[-1]["stop"] if looks else None
+    return {"rule": "until-verdict", "description": rule.describe(), "budget_rounds": rule.budget_rounds,
+            "min_rounds": rule.min_rounds, "look_confidence": rule.look_confidence,
+            "overall_confidence": rule.overall_confidence, "rounds_run": rounds_run,
+            "stopped_because": final or "interrupted", "looks": [dict(x) for x in looks]}
+
+
+def apply_to_comparison(comparison: dict[str, Any] | None, rule: StoppingRule,
+                        looks: Sequence[Mapping[str, Any]]) -> None:
+    """With --until-verdict the verdict is the stopping rule's (the bootstrap's stays in ``metrics``)."""
+    if comparison is None or not looks or comparison.get("verdict") not in stats.VERDICTS:
+        return  # no look yet, or validity already overruled the numbers (outputs differ)
+    last = looks[-1]
+    comparison["verdict"] = last["verdict"]
+    comparison["rule"] = rule.describe()
+
+
+# -- Student t quantile (no scipy: numpy is the only numeric dependency) ------------------------------------------
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1 - front * _betacf(b, a, 1 - x) / b
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, t >= 0."""
+    return 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The t with P(T <= t) = p (p > 0.5), by bisection on the survival function."""
+    target = 1 - p
+    low, high = 0.0, 1.0
+    while t_sf(high, df) > target:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        if t_sf(mid, df) > target:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
