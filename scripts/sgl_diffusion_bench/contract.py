@@ -177,18 +177,23 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     return text
 
 
+ENVELOPE_CONSTANTS = ("schema", "tool")  # values we write ourselves, never a secret; redacting them breaks the contract
+
+
 def redact_values(value: Any, secrets: Iterable[str] | None = None) -> Any:
-    """``value`` with every string in it (keys too) redacted: JSON syntax is never touched, so a token that reads
-    ``true``, ``null`` or ``schema`` cannot break the document."""
+    """``value`` with every string value in it redacted. JSON syntax and keys (our field names) are never touched,
+    so a token that reads ``true`` or ``null`` cannot turn the document into invalid JSON."""
     secrets = secret_values() if secrets is None else list(secrets)
     if isinstance(value, str):
         return redact(value, secrets)
     if isinstance(value, dict):
-        return {redact(str(k), secrets): redact_values(v, secrets) for k, v in value.items()}
+        return {k: redact_values(v, secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact_values(v, secrets) for v in value]
     return value
 
 
 def dumps(document: dict[str, Any]) -> str:
-    return json.dumps(redact_values(document), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    kept = {k: document[k] for k in ENVELOPE_CONSTANTS if k in document}
+    return json.dumps({**redact_values(document), **kept}, indent=2, sort_keys=True, ensure_ascii=False,
+                      allow_nan=False)

@@ -44,7 +44,40 @@ def load_config(path: Path) -> dict[str, Any]:
         raise contract.InputError("input.nightly_config_invalid",
                                   f"{path}: expected an object with a 'cases' list of objects that each have an 'id'",
                                   "pass the comparison_configs.json from the sglang checkout")
+    for index, case in enumerate(cases):
+        wrong = _wrong_fields(case)
+        if wrong:
+            raise contract.InputError("input.nightly_config_invalid",
+                                      f"{path}: case {index} ({case['id']!r}) has wrongly typed fields: "
+                                      + ", ".join(wrong), "pass the comparison_configs.json from the sglang checkout")
     return document
+
+
+_NUMBER_FIELDS = (*CASE_CLI_FIELDS, "seed", "num_gpus")
+_TEXT_FIELDS = ("model", "prompt", "reference_image")
+
+
+def _wrong_fields(case: Mapping[str, Any]) -> list[str]:
+    """The fields this check reads whose type is not what the CI config writes (None means absent)."""
+    wrong = [f for f in _NUMBER_FIELDS if case.get(f) is not None
+             and (isinstance(case[f], bool) or not isinstance(case[f], (int, float)))]
+    wrong += [f for f in _TEXT_FIELDS if case.get(f) is not None and not isinstance(case[f], str)]
+    if case.get("sglang_request_extra") is not None and not isinstance(case["sglang_request_extra"], dict):
+        wrong.append("sglang_request_extra")
+    frameworks = case.get("frameworks", {})
+    sglang = frameworks.get("sglang", {}) if isinstance(frameworks, dict) else None
+    if not isinstance(sglang, dict):
+        return [*wrong, "frameworks.sglang"]
+    serve_args, extra_env = sglang.get("serve_args"), sglang.get("extra_env")
+    if serve_args is not None:
+        try:
+            parse_cli_tokens(shlex.split(serve_args) if isinstance(serve_args, str) else None)
+        except (TypeError, ValueError, AttributeError):
+            wrong.append("frameworks.sglang.serve_args")
+    if extra_env is not None and not (isinstance(extra_env, dict)
+                                      and all(isinstance(v, str) for v in extra_env.values())):
+        wrong.append("frameworks.sglang.extra_env")
+    return wrong
 
 
 def _norm(value: Any) -> str:
