@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from sgl_diffusion_bench import bench_runner, host_load, report
+from sgl_diffusion_bench import host_load, report
 
 
 def _with_spinner(window_s=0.6):
@@ -35,7 +35,7 @@ def test_the_report_counts_contended_cells():
     cells = [{"index": 0, "gates": {"host": {"before": quiet, "after": quiet, "contended": False}}},
              {"index": 1, "gates": {"host": {"before": busy, "after": quiet, "contended": True}}},
              {"index": 2, "gates": {}}]
-    summary = bench_runner.host_contention(cells)
+    summary = host_load.summary(cells)
     assert summary["sampled_cells"] == 2 and summary["contended_cells"] == [1]
     assert "1 of 2 cells ran while other processes were busy" in summary["note"]
     assert "Contended host" in "\n".join(report._host(summary))

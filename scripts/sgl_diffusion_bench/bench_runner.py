@@ -79,18 +79,6 @@ def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy:
     return " \\\n  ".join([*assignments, *map(shlex.quote, argv)])
 
 
-def host_contention(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Which cells ran while other processes kept the host busy (flagged, still counted; see host_load)."""
-    sampled = [c for c in cells if (c.get("gates") or {}).get("host")]
-    flagged = [c["index"] for c in sampled if c["gates"]["host"]["contended"]]
-    note = (f"{len(flagged)} of {len(sampled)} cells ran while other processes were busy on this host (cells "
-            f"{', '.join(map(str, flagged))}): their spread is partly the machine's, not the change's; re-run on a "
-            "quiet host before claiming a small effect" if flagged else
-            f"no other busy process at any of the {len(sampled)} sampled cells' boundaries" if sampled else
-            "no cell sampled yet")
-    return {"sampled_cells": len(sampled), "contended_cells": flagged, "note": note}
-
-
 class Progress:
     """One status line per cell on stderr."""
 
@@ -399,7 +387,7 @@ class CampaignRunner:
                                   threshold_pct=self.settings.threshold_pct,
                                   primary_metric=self.settings.primary_metric)
         summary["output_quality"] = output_quality
-        summary["host_contention"] = host_contention(self.cells)
+        summary["host_contention"] = host_load.summary(self.cells)
         validity.apply_to_comparison(summary["comparison"], output_quality)
         if rule is not None:
             sequential.apply_to_comparison(summary["comparison"], rule, self.looks)

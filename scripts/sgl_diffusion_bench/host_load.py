@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import psutil
 
@@ -72,3 +72,15 @@ def gate(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     if doc["contended"]:
         doc["reason"] = reason(before, after)
     return doc
+
+
+def summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Which cells ran while other processes kept the host busy (flagged, still counted; see host_load)."""
+    sampled = [c for c in cells if (c.get("gates") or {}).get("host")]
+    flagged = [c["index"] for c in sampled if c["gates"]["host"]["contended"]]
+    note = (f"{len(flagged)} of {len(sampled)} cells ran while other processes were busy on this host (cells "
+            f"{', '.join(map(str, flagged))}): their spread is partly the machine's, not the change's; re-run on a "
+            "quiet host before claiming a small effect" if flagged else
+            f"no other busy process at any of the {len(sampled)} sampled cells' boundaries" if sampled else
+            "no cell sampled yet")
+    return {"sampled_cells": len(sampled), "contended_cells": flagged, "note": note}
