@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, model_access,
-               model_cache, nightly, perf_compare, presets, selftest, sequential, warm_campaign)
+               model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
+               warm_campaign)
 from . import _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -222,6 +223,7 @@ def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_pr
 def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
     settings = settings_from(args)
     runs, refusals, warnings = [], [], []
+    inventory = None
     for preset in selected_presets(args):
         if preset.local_model:
             model_path = local_model_path(preset.local_model, build=False)
@@ -236,6 +238,14 @@ def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) 
             refusals.append({"preset": preset.name, "code": exc.code, "message": exc.message, "hint": exc.hint})
             continue
         runs += [inv.to_json() for inv in runner.invocations]
+        if args.engine_capabilities == "installed" and preset.num_gpus:  # a plan for this machine: can it run here?
+            inventory = inventory or gpu.read_inventory()
+            check = readiness.gpu_check(preset, inventory, lambda uuid: None)  # leases matter at run time only
+            if not check["ok"]:
+                refusals.append({"preset": preset.name, "code": "gpu.none" if not check["visible"] else "gpu.not_enough_idle",
+                                 "message": f"cannot run here: {check['reason']}",
+                                 "hint": f"check_readiness.py --model {preset.name} says everything it needs; plan for "
+                                         "another machine with --engine-capabilities recent"})
     return {"engine": caps.to_json(), "output_dir": str(settings.output_root), "assets_dir": str(env.assets_dir()),
             "runs": runs, "refusals": refusals, "warnings": warnings}
 

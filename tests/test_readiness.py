@@ -1,0 +1,69 @@
+"""check_readiness: one schema-checked answer to "can preset X run here, now?", every check measured."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import run_script
+from sgl_diffusion_bench import fake_nvml, gpu, presets, readiness
+
+
+def test_the_cpu_preset_is_ready_here():
+    run = run_script("check_readiness", "--model", "tiny-flux-cpu", "--json")
+    doc = run.document
+    assert run.returncode == 0 and doc["schema"] == "readiness.v1" and doc["ready"] and doc["reasons"] == []
+    assert doc["checks"]["engine"]["ok"] and doc["checks"]["gpus"]["needed"] == 0
+    assert doc["hub"]["checked"] is False  # a locally built model needs no hub
+
+
+def test_a_gpu_gated_preset_is_not_ready_here_with_every_reason(tmp_path):
+    env = {"HF_TOKEN": "", "HF_HOME": str(tmp_path), "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
+    start = time.monotonic()
+    run = run_script("check_readiness", "--model", "flux", "--hub-timeout-s", "2", "--json", env=env)
+    doc = run.document
+    assert run.returncode == 3 and not doc["ok"] and not doc["ready"]
+    failing = {r.split(":")[0] for r in doc["reasons"]}
+    assert {"gpus", "model"} <= failing
+    assert doc["checks"]["model"]["decision"] == "refused" and doc["token_present"] is False
+    assert doc["hub"]["checked"] and doc["hub"]["reachable"] is False and doc["hub"]["error"]  # measured, not assumed
+    assert time.monotonic() - start < 60
+
+
+def test_an_answering_hub_is_reachable_even_with_an_error_status():
+    import http.server
+    import threading
+
+    class Teapot(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):  # noqa: N802 (http.server's naming)
+            self.send_response(418)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Teapot)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hub = readiness.hub_reachability({"HF_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}, 2.0)
+    finally:
+        server.shutdown()
+    assert hub["reachable"] and hub["checked"] and hub["latency_ms"] is not None
+    assert readiness.hub_reachability({"HF_HUB_OFFLINE": "1"})["checked"] is False
+
+
+def test_gpus_must_be_idle_and_unleased():
+    preset = presets.get_preset("flux")  # 2 GPUs
+    nvml = fake_nvml.FakeNvml([fake_nvml.FakeDevice(uuid=f"GPU-{i}") for i in range(3)])
+    inventory = gpu.read_inventory(nvml)
+    assert readiness.gpu_check(preset, inventory, lambda uuid: None)["ok"]
+    leased = readiness.gpu_check(preset, inventory, lambda uuid: {"pid": 1} if uuid != "GPU-0" else None)
+    assert not leased["ok"] and leased["free"] == ["GPU-0"] and "GPU-1" in leased["reason"]
+
+
+def test_the_dry_run_of_a_preset_that_cannot_run_here_says_so():
+    here = run_script("bench_diffusion_denoise", "--model", "wan-ti2v", "--dry-run", "--json")
+    assert here.returncode == 3 and not here.document["ok"]
+    assert here.document["refusals"][0]["code"] == "gpu.none" and "check_readiness" in here.document["refusals"][0]["hint"]
+    elsewhere = run_script("bench_diffusion_denoise", "--model", "wan-ti2v", "--dry-run", "--engine-capabilities",
+                           "recent", "--json")
+    assert elsewhere.returncode == 0 and elsewhere.document["ok"]  # a plan for another machine
