@@ -173,6 +173,7 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.torch
 def test_adapter_is_lazy_and_chains_an_existing_sitecustomize(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.CHAINED_SITECUSTOMIZE = True\n")
     env = engine_process.cpu_adapter_env(dict(os.environ))
@@ -186,6 +187,7 @@ def test_adapter_is_lazy_and_chains_an_existing_sitecustomize(tmp_path):
     assert proc.stdout.split() == ["True", "False", "_Hooks"] and "[sgl-cpu-adapter]" not in proc.stderr
 
 
+@pytest.mark.torch
 def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
     """A real post-import hook: torchvision (a CUDA wheel here) imports beside CPU torch only with b0 on."""
     probe = "import torchvision.ops, torch; print(torch.cpu.is_available())"
@@ -199,6 +201,7 @@ def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
     assert "operator torchvision::nms does not exist" in unpatched.stderr
 
 
+@pytest.mark.torch
 def test_adapter_stays_inactive_when_torch_sees_an_accelerator():
     """Simulated accelerator: the first hook decides, announces 'inactive' and patches nothing (b0 included)."""
     proc = run_python("""
@@ -215,6 +218,7 @@ def test_adapter_stays_inactive_when_torch_sees_an_accelerator():
     assert proc.stdout.split() == ["True"], proc.stderr[-2000:]
 
 
+@pytest.mark.torch
 def test_adapter_checks_each_gap_in_the_installed_engine():
     """The real engine's CPU platform module: a platform method the engine defines is left alone (not needed), one it
     inherits from the base Platform is patched, and the torch.cpu memory stand-in applies only when asked for."""

@@ -15,9 +15,14 @@ NIGHTLY_ORDER = ["flux", "flux2", "qwen", "qwen-edit", "zimage", "wan-t2v", "wan
                  "ideogram4-fp8", "cosmos3-super-t2v", "wan-i2v", "minimax-h3-t2va"]
 
 
+REFERENCE_PRESETS = 78  # the upstream skill's catalog; the bundle's locally built presets follow it
+
+
 def test_catalog_holds_the_reference_presets_in_order_then_ours():
     catalog = presets.load_presets()
-    assert len(catalog) == 80
+    reference = [p for p in catalog if p.local_model is None]
+    assert len(reference) == REFERENCE_PRESETS and catalog[:len(reference)] == tuple(reference)  # then ours
+    assert [p.position for p in catalog] == list(range(1, len(catalog) + 1))
     names = [p.name for p in catalog]
     assert names[:13] == [*NIGHTLY_ORDER[:10], "cosmos3-super-t2v-cfg2tp2", *NIGHTLY_ORDER[10:]]
     assert names[13] == "fasth3-t2va-vsa" and names[77] == "hunyuan3d-shape" and names[78] == "tiny-flux-cpu"
@@ -127,7 +132,7 @@ def test_list_models_cli_filters_and_validates():
     run = run_script("bench_diffusion_denoise", "--list-models", "--tag", "nightly", "--max-gpus", "2", "--json")
     assert run.returncode == 0
     doc = run.document
-    assert doc["schema"] == "preset-list.v1" and doc["total"] == 80
+    assert doc["schema"] == "preset-list.v1" and doc["total"] == len(presets.load_presets())
     assert [p["name"] for p in doc["presets"]] == [n for n in NIGHTLY_ORDER if presets.get_preset(n).num_gpus <= 2]
     run = run_script("bench_diffusion_denoise", "--list-models", "--task", "t2va", "--json")
     assert [p["name"] for p in run.document["presets"]] == ["minimax-h3-t2va", "fasth3-t2va-vsa"]

@@ -11,6 +11,8 @@ import pytest
 
 from sgl_diffusion_bench import tiny_model
 
+pytestmark = pytest.mark.torch  # builds the model with torch
+
 
 def digests(root: Path) -> dict[str, str]:
     return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
