@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, host_load,
-               log_gates, media, model_cache, report, run_claim, stats, validity, warm_campaign)
+               log_gates, media, model_cache, report, run_claim, sequential, stats, validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
