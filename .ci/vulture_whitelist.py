@@ -10,8 +10,10 @@ _ = negative_prompt_summary  # presets.Preset: a field every presets.yaml entry 
 _ = render_error_table  # named by string in doc_tables.RENDERERS
 _ = build_tiny_flux  # tiny_model.py calls it by name in a child interpreter
 _ = log_message  # tests/test_assets.py: http.server's hook, silenced
+_ = do_HEAD  # tests/test_readiness.py: http.server dispatches HEAD requests to it
 _ = pix_fmt  # tests/test_quality.py: PyAV stream attribute
 _ = pytestmark  # pytest reads it
+_ = token_present  # model_access.Access: a field serialised by dataclasses.asdict
 # cpu_adapter/sgl_cpu_adapter.py: patched platform methods and their signatures, called by sglang
 _ = get_device_properties, including_emulation, get_local_torch_device, get_attn_backend_cls_str
 _ = dtype, head_size, selected_backend, get_torch_distributed_backend_str, parallel_state, __loader__
