@@ -1,7 +1,8 @@
 """The cleanup race: a separate process swaps a directory of the child with a symlink to an outside directory
-(``renameat2(RENAME_EXCHANGE)``, atomically, in a tight loop) while a real cleanup runs. Before the fd-based
-deletion, 20 of 20 trials deleted 1,399-1,653 of 3,000 outside files. Now nothing outside may be deleted or changed,
-every trial leaves a started and a finished ledger line, and a finished line never calls a child clean that is not.
+holding files of the same names (``renameat2(RENAME_EXCHANGE)``, atomically, in a tight loop) while a real cleanup
+runs. The issue's campaign saw the path-based deletion delete 1,399-1,653 of 3,000 outside files in each of 20
+trials. Now nothing outside may be deleted or changed, every trial leaves a started and a finished ledger line, and
+a finished line never calls a child clean that is not.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def _outside_state(top: Path) -> dict[str, str]:
 def _trial(tmp: Path, number: int) -> dict:
     outside = tmp / f"outside-{number}"
     (outside / "sub").mkdir(parents=True)
-    for i in range(FILES_PER_SIDE):
-        (outside / "sub" / f"sentinel-{i}.bin").write_bytes(b"precious %d" % i)
+    for i in range(FILES_PER_SIDE):  # the same names as inside: a path re-resolved through the swap hits them
+        (outside / "sub" / f"kernel-{i}.bin").write_bytes(b"precious %d" % i)
     (outside / "sibling.txt").write_text("keep")
     before = _outside_state(outside)
     prepared = model_cache.prepare_child_cache(tmp / "root", "org/m", f"t{number}")

@@ -84,7 +84,8 @@ NUMBER_TEXT = st.one_of(
 BENCH = ["--model", "tiny-flux-cpu", "--campaign", "aa", "--engine-capabilities", "recent", "--dry-run", "--json"]
 NUMERIC_FLAGS = [
     ("bench", BENCH, "--rounds"), ("bench", BENCH, "--threshold-pct"), ("bench", BENCH, "--cell-timeout-s"),
-    ("bench", BENCH, "--warmup-requests"), ("bench", ["--all", "--engine-capabilities", "recent", "--dry-run",
+    ("bench", BENCH, "--warmup-requests"), ("bench", BENCH, "--samples"),
+    ("bench", [*BENCH, "--until-verdict"], "--budget-rounds"), ("bench", ["--all", "--engine-capabilities", "recent", "--dry-run",
                                                        "--json"], "--max-gpus"),
     ("compare", [str(PERF), str(PERF_OTHER), "--json"], "--threshold-pct"),
     ("compare", [str(PERF), str(PERF_OTHER), "--json"], "--seed"),
