@@ -1,10 +1,11 @@
-"""GPU test harness for running the real sglang 0.5.10.post1 engine on a lent H200 (test tooling, not product code).
+"""GPU test harness for running the real sglang engine (0.5.10.post1 and 0.5.23) on a lent H200 (test tooling, not
+product code).
 
 Put this directory on PYTHONPATH; every Python process started with it (the CLI, the engine's spawned worker, our
 tools) then gets the out-of-tree adapter described in shared/reference/sglang-gpu-engine.md:
 
-- stand-ins for ``sgl_kernel`` and ``av``, served only when no real package is importable (a finder appended at the
-  END of sys.meta_path, so an installed package always wins);
+- stand-ins for ``sgl_kernel``, ``av`` and ``imageio_ffmpeg``, served only when no real package is importable (a
+  finder appended at the END of sys.meta_path, so an installed package always wins);
 - the machine image's namespace-only ``sphinx`` directory hidden from imports (a half-imported ``sphinx`` left in
   sys.modules by sglang's platform module breaks scipy.stats later);
 - CUDA_HOME and TVM_FFI_CACHE_DIR defaulted, so sglang's JIT CUDA kernels (apache-tvm-ffi) compile and link.
@@ -22,7 +23,7 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _STANDINS = os.path.join(_HERE, "standins")
-_STANDIN_NAMES = ("sgl_kernel", "av")
+_STANDIN_NAMES = ("sgl_kernel", "av", "imageio_ffmpeg")
 TAG = "[gpu-harness]"
 
 
