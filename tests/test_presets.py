@@ -20,14 +20,14 @@ REFERENCE_PRESETS = 78  # the upstream skill's catalog; the bundle's locally bui
 
 def test_catalog_holds_the_reference_presets_in_order_then_ours():
     catalog = presets.load_presets()
-    reference = [p for p in catalog if p.local_model is None]
+    reference = [p for p in catalog if p.local_model is None and "variant" not in p.tags]
     assert len(reference) == REFERENCE_PRESETS and catalog[:len(reference)] == tuple(reference)  # then ours
     assert [p.position for p in catalog] == list(range(1, len(catalog) + 1))
     names = [p.name for p in catalog]
     assert names[:13] == [*NIGHTLY_ORDER[:10], "cosmos3-super-t2v-cfg2tp2", *NIGHTLY_ORDER[10:]]
-    assert names[13] == "fasth3-t2va-vsa" and names[77] == "hunyuan3d-shape" and names[78] == "tiny-flux-cpu"
+    assert names[13] == "fasth3-t2va-vsa" and names[77] == "hunyuan3d-shape" and names[78] == "flux-1gpu"
+    assert names[79:] == ["tiny-flux-cpu", "tiny-flux-gpu"]  # ours: variants of reference presets, then local models
     assert [p.name for p in catalog if p.nightly_case_id] == NIGHTLY_ORDER
-    assert [p.position for p in catalog] == list(range(1, 81))
 
 
 def test_facts_from_the_reference_table():
@@ -112,7 +112,7 @@ def test_filters():
     edits = presets.filter_presets(catalog, tasks=["edit"])
     assert edits and all(p.task == "edit" for p in edits)
     assert {p.name for p in presets.filter_presets(catalog, tags=["gated"])} == {
-        "flux", "flux2", "flux2-klein", "flux2-klein-base", "stable-diffusion-3.5-medium"}
+        "flux", "flux2", "flux2-klein", "flux2-klein-base", "stable-diffusion-3.5-medium", "flux-1gpu"}
     assert [p.name for p in presets.filter_presets(catalog, tags=["cpu"])] == ["tiny-flux-cpu"]
 
 

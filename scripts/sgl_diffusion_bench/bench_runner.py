@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_process, env, fileio, host_load,
-               log_gates, media, model_cache, report, run_claim, sequential, stats, validity, warm_campaign)
+from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_process, env, fileio,
+               host_load, log_gates, media, model_cache, report, run_claim, sequential, stats, validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
@@ -55,6 +55,7 @@ class CampaignSettings:
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
     warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
     stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known
+    request: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # model_path, overrides, extra_args asked for
 
 
 def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
@@ -334,12 +335,13 @@ class CampaignRunner:
         gates: dict[str, Any] = {"contention": {"checked": self.foreign_check is not None}}
         before = self.foreign_check() if self.foreign_check else []
         host_before = host_load.sample()
-        gate = log_gates.RequestLogGate(self.markers, bcg_expected=arm.bcg, quality=arm.quality, require_native=True)
+        gate, facts = engine_args.log_gate(self.markers, invocation.argv, arm), engine_args.EngineRunFacts()
         adapter_lines: list[str] = []
 
         def on_line(line: str) -> str | None:
             if sgl_cpu_adapter.TAG in line:
                 adapter_lines.append(line)
+            facts.feed(line)
             return gate.feed(line)
 
         cell["started_at"] = contract.utc_now()
@@ -367,7 +369,7 @@ class CampaignRunner:
         gates["host"] = host_load.gate(host_before, host_after)
         status, reasons = with_contention(judged.status, judged.reasons, before, after)
         cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
-                    perf=judged.perf, outputs=list(judged.outputs), gates=gates)
+                    perf=judged.perf, outputs=list(judged.outputs), gates=gates, engine_run=facts.to_json())
         if others:  # listed for debugging, never taken as this task's output
             cell["other_files"] = [str(p) for p in others]
         validity.strip_numbers(cell)
@@ -401,7 +403,7 @@ class CampaignRunner:
             ok = False
         if self.cleanup_entry is not None and not self.cleanup_entry.get("ok", False):
             ok = False
-        engine = {**self.engine.to_json(), "adapter": self.adapter}
+        engine = {**self.engine.to_json(), "adapter": self.adapter, **engine_args.what_ran(self)}
         reproduce = []
         seen_arms: set[str] = set()
         for cell, inv in zip(self.cells, self.invocations):
@@ -417,7 +419,7 @@ class CampaignRunner:
                       "rounds": rounds, "threshold_pct": self.settings.threshold_pct,
                       "primary_metric": self.settings.primary_metric, "baseline_arm": self.plan.baseline_arm,
                       "candidate_arm": self.plan.candidate_arm, "discard_outliers": self.settings.discard_outliers,
-                      "arms": {n: a.to_json() for n, a in self.plan.arms.items()},
+                      "arms": engine_args.arms_as_run(self.plan, self.invocations),
                       "order": [o for o in self.plan.to_json()["order"] if o["round"] <= rounds],
                       "samples": self.plan.samples,
                       "stopping": (sequential.record(self.settings.stopping, self.looks, self.rounds_run())

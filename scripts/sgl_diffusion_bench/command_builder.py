@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import contract, hf_settings
+from . import contract, engine_args, hf_settings
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -43,6 +43,16 @@ MISSING_FLAG_HINTS = {
                              "--dit-cpu-offload false --text-encoder-cpu-offload false",
     "--performance-mode": "this engine has no performance modes (it always auto-fills unset offload flags): "
                           "upgrade sglang or pick another preset",
+}
+# Where to set a flag that the tool already builds, instead of repeating it in --extra-args.
+DUPLICATE_FLAG_HINTS = {
+    "--model-path": "use --model-path DIR", "--num-gpus": "pick a preset for that many GPUs (e.g. flux-1gpu)",
+    **{f"--{f.replace('_', '-')}": f"use --override {f}=VALUE" for f in (
+        "width", "height", "num_frames", "fps", "num_inference_steps", "guidance_scale", "seed", "prompt")},
+    "--warmup": "the tool asks for a warm-up itself; use --no-warmup to run without",
+    "--warmup-mode": "the tool asks for a warm-up itself; use --no-warmup to run without",
+    "--enable-breakable-cuda-graph": "use --breakable-cuda-graph, or --campaign abba",
+    "--warmup-resolutions": "BCG runs warm up at the request's shape; change it with --override width=/height=",
 }
 
 
@@ -186,6 +196,18 @@ def _refuse_missing(missing: list[str], engine: EngineCapabilities, where: str) 
         "; ".join(hints), details={"missing_flags": missing, "engine_version": engine.version})
 
 
+def _refuse_duplicates(built: Sequence[str], extra: Sequence[str]) -> None:
+    """A flag given twice would reach the engine twice and the later one would silently win: refuse instead."""
+    duplicates = engine_args.duplicate_flags([("the preset/tool", built), ("--extra-args", extra)])
+    if duplicates:
+        flags = sorted(duplicates)
+        raise contract.UsageError(
+            "usage.duplicate_flag", "flag(s) given more than once: " + "; ".join(
+                f"{f} (by {' and '.join(dict.fromkeys(duplicates[f]))})" for f in flags),
+            "; ".join(f"{f}: {DUPLICATE_FLAG_HINTS.get(f, 'give it once')}" for f in flags),
+            details={"duplicates": duplicates})
+
+
 def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabilities, *,
                      sglang_cli: Sequence[str], output_root: Path, assets_dir: Path,
                      caller_env: Mapping[str, str], model_path: str | None = None,
@@ -279,6 +301,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
             argv.append("--enable-torch-compile")
     argv += ["--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name",
              output_file_stem(rid)]
+    _refuse_duplicates(argv[len(sglang_cli):len(argv) - len(options.extra_args)], options.extra_args)
     argv += options.extra_args
 
     missing = sorted({f for f in map(flag_of, argv[len(sglang_cli):]) if f and not engine.accepts_flag(f)})

@@ -198,3 +198,77 @@ def render_preset_table(presets: Iterable[Preset] | None = None) -> str:
         lines.append(f"| {p.position} | `{p.name}` | {p.task} | `{p.model_label}` | {p.num_gpus} | "
                      f"{p.nightly_case_id or '-'} | {_shape(p)} | {tags or '-'} | {buildable} |")
     return "\n".join(lines) + "\n"
+
+
+OVERRIDABLE_FIELDS = ("width", "height", "num_frames", "fps", "num_inference_steps", "guidance_scale", "seed", "prompt")
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``["num_inference_steps=28", "width=768"]`` -> typed values; a UsageError names what is wrong."""
+    types = {f.name: f.type for f in dataclasses.fields(Preset)}
+    parsed: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in OVERRIDABLE_FIELDS:
+            raise contract.UsageError("usage.bad_override", f"--override {item!r} is not FIELD=VALUE with FIELD one "
+                                      f"of {', '.join(OVERRIDABLE_FIELDS)}", "e.g. --override num_inference_steps=28")
+        if name in parsed:
+            raise contract.UsageError("usage.duplicate_override", f"--override {name} given twice",
+                                      "give each field once")
+        kind = "float" if "float" in str(types[name]) else "int" if "int" in str(types[name]) else "str"
+        try:
+            value: Any = float(text) if kind == "float" else int(text) if kind == "int" else text
+        except ValueError:
+            raise contract.UsageError("usage.bad_override", f"--override {name} needs {'an integer' if kind == 'int' else 'a number'}"
+                                      f", got {text!r}", f"e.g. --override {name}=28") from None
+        if value == "" or (kind != "str" and (value < 0 if name == "seed" else value <= 0)):
+            raise contract.UsageError("usage.bad_override", f"--override {name}={text} is out of range",
+                                      "use a positive value (seed: >= 0; prompt: not empty)")
+        parsed[name] = value
+    return parsed
+
+
+def customised(chosen: list[Preset], override_items: Iterable[str], local_model_path: str | None) -> list[Preset]:
+    """The chosen presets with the --override request fields replaced; with a --model-path directory (one preset
+    only) they need no hub token."""
+    if local_model_path and len(chosen) != 1:
+        raise contract.UsageError("usage.model_path_needs_one_preset", "--model-path replaces one preset's model",
+                                  "name the preset with --model instead of --all")
+    overrides = parse_overrides(override_items)
+    if not overrides and not local_model_path:
+        return chosen
+    return [dataclasses.replace(p, **overrides, gated=p.gated and not local_model_path) for p in chosen]
+
+
+def local_model_dir(path_text: str, preset: Preset, *, must_exist: bool) -> tuple[str, list[dict[str, str]]]:
+    """The --model-path directory (resolved), checked to hold a diffusers pipeline when it will be run, and the
+    warnings a reader of the results needs (a directory name the engine will not recognise)."""
+    path = Path(path_text).expanduser().resolve()
+    if must_exist and not (path / "model_index.json").is_file():
+        raise contract.PreconditionError("input.model_path_not_a_pipeline", f"{path} holds no model_index.json",
+                                         "pass a diffusers pipeline directory (the one holding model_index.json)")
+    warnings = [] if (path / "model_index.json").is_file() else [
+        {"code": "model.path_missing", "message": f"{path} holds no model_index.json here; a real run refuses to "
+         "start without it"}]
+    expected = (preset.model or "").rsplit("/", 1)[-1]
+    if expected and path.name != expected:
+        warnings.insert(0, {"code": "model.path_name", "message": f"--model-path {path} is not named {expected!r}: "
+                         "sglang resolves the pipeline config (and 0.5.23 its BCG allow-list) from the directory "
+                         f"name, so it may not run the {preset.name!r} architecture"})
+    return str(path), warnings
+
+
+def model_location(preset: Preset, model_path: str | None, *, build: bool) -> tuple[str | None, list[dict[str, str]]]:
+    """Where the preset's model is read from (None: the hub id) and what a reader should know about it: the
+    --model-path directory, else a local preset model (built here only when ``build``; a plan only names it)."""
+    if model_path:
+        return local_model_dir(model_path, preset, must_exist=build)
+    if not preset.local_model:
+        return None, []
+    from . import tiny_model  # builds models with the engine's own libraries: import only when a preset needs it
+
+    path = tiny_model.local_model_path(preset.local_model, build)
+    missing = not build and not (path / "model_index.json").is_file()
+    return str(path), [{"code": "model.not_built", "message": f"{path} does not exist yet; a real run builds it "
+                        "first (tiny_model.ensure_tiny_flux)"}] if missing else []

@@ -52,6 +52,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines = [f"## Benchmark: {campaign['label']}", ""]
     lines += [f"- Mode {campaign['mode']}, {campaign['rounds']} round(s), preset `{campaign.get('preset') or '-'}`; "
               f"{sum(1 for c in cells if c['status'] == 'valid')} of {len(cells)} cells valid."]
+    lines += _request(doc)
     for name in arms:
         spec = campaign["arms"][name]
         extra = " ".join(spec.get("extra_args") or []) or "no extra args"
@@ -59,6 +60,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
                      f", BCG {'on' if spec.get('bcg') else 'off'}; `{extra}`.")
     lines.append("- E2E is the engine's warmed request duration from the perf dump (`total_duration_ms`); denoise "
                  "sums the stages ending in DenoisingStage/RefinementStage (else the per-step records).")
+    lines += _engine_settings(doc, arms)
     lines += ["", *_run_order_table(cells, arms), ""]
     for paragraph in [*_changes(comparison), *_outliers(summary, arms), *_memory(comparison, summary, arms)]:
         lines += [paragraph, ""]
@@ -82,6 +84,58 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines += _reproduce(doc)
     lines += _environment(doc)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _request(doc: Mapping[str, Any]) -> list[str]:
+    """What was asked of the preset: the model it ran, the fields changed, the extra engine flags."""
+    request = (doc.get("engine") or {}).get("request")
+    if not isinstance(request, dict):
+        return []
+    overrides = ", ".join(f"{k}={v}" for k, v in sorted((request.get("overrides") or {}).items()))
+    extra = " ".join(request.get("extra_args") or [])
+    return [f"- Model `{request.get('model')}` on {request.get('num_gpus')} GPU(s); overrides: "
+            f"{overrides or 'none'}; extra engine args: " + (f"`{extra}`" if extra else "none") + "."]
+
+
+SETTING_LABELS = (("attention_backend", "attention"), ("warmup_mode", "warm-up mode"), ("warmup", "warm-up"),
+                  ("warmup_resolutions", "warm-up resolutions"), ("enable_breakable_cuda_graph", "BCG"),
+                  ("enable_torch_compile", "torch.compile"), ("component_residency", "residency"),
+                  ("dit_cpu_offload", "DiT offload"), ("dit_layerwise_offload", "DiT layerwise offload"),
+                  ("text_encoder_cpu_offload", "text-encoder offload"), ("vae_cpu_offload", "VAE offload"),
+                  ("num_gpus", "GPUs"), ("tp_size", "TP"), ("performance_mode", "performance mode"))
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "{}"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return "off" if value is False else "on" if value is True else str(value)
+
+
+def _engine_settings(doc: Mapping[str, Any], arms: list[str]) -> list[str]:
+    """Per arm: the settings the engine logged as in effect, and the warm-up requests it ran with their cost."""
+    engine = doc.get("engine") or {}
+    effective, warmups = engine.get("effective") or {}, engine.get("warmups") or {}
+    if not effective and not warmups:
+        return []
+    lines = ["", "Engine settings in effect (the engine's own `server_args` line) and its warm-up requests:", ""]
+    for arm in arms:
+        settings = effective.get(arm)
+        text = "; ".join(f"{label} {_setting(settings[key])}" for key, label in SETTING_LABELS
+                         if settings and key in settings and settings[key] is not None) if settings else "not logged"
+        warm = warmups.get(arm)
+        if warm and warm["requests"]:
+            kinds = dict.fromkeys(f"{w['kind']} ({w['resolution'] or 'default shape'}, "
+                                  f"{w['steps'] if w['steps'] is not None else '?'} step(s))"
+                                  for c in warm["per_cell"] for w in c["warmups"])
+            cells = len(warm["per_cell"])
+            text += (f". Warm-up: {warm['requests']} request(s) over {cells} cell(s), {warm['seconds']:.1f} s in all "
+                     f"({warm['seconds'] / cells:.1f} s per cell, not in E2E): {'; '.join(kinds)}")
+        elif warm:
+            text += ". Warm-up: none logged"
+        lines.append(f"- {arm}: {text}.")
+    return lines
 
 
 def _ms(value: float | None) -> str:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import engine_process, env
+from . import contract, engine_process, env
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
@@ -125,3 +125,13 @@ def build_tiny_flux(out_dir: Path) -> None:
     pipeline = FluxPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
                             text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, transformer=transformer)
     pipeline.save_pretrained(out_dir)
+
+
+def local_model_path(name: str, build: bool) -> Path:
+    """Where a local preset model lives; built only when ``build`` (a dry run only names the path)."""
+    if name != "tiny-flux":
+        raise contract.InputError("input.unknown_local_model", f"no builder for local model {name!r}",
+                                  "use local_model: tiny-flux")
+    if build:
+        return ensure_tiny_flux()
+    return default_cache_dir() / NATIVE_NAME

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import command_builder, contract, host_load, log_gates, request_path, validity, warm_engine
+from . import command_builder, contract, engine_args, host_load, request_path, validity, warm_engine
 from .cpu_adapter import sgl_cpu_adapter
 
 # Options that change per request, never the engine: they are left out of the engine key.
@@ -91,6 +91,7 @@ class EngineStart:
     first_measured_cell: int | None = None
     engine: warm_engine.WarmEngine | None = None
     adapter_lines: list[str] = dataclasses.field(default_factory=list)
+    facts: engine_args.EngineRunFacts = dataclasses.field(default_factory=engine_args.EngineRunFacts)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "arms": self.arms, "argv": self.argv, "log_path": str(self.log_path),
@@ -99,7 +100,7 @@ class EngineStart:
                 "measured_requests": self.measured_requests, "shutdown_s": _r(self.shutdown_s),
                 "wall_s": _r(self.wall_s), "memory_bytes": self.memory_bytes, "memory_kind": self.memory_kind,
                 "status": self.status, "reasons": self.reasons, "bcg_captures": self.captures,
-                "first_measured_cell": self.first_measured_cell}
+                "first_measured_cell": self.first_measured_cell, "engine_run": self.facts.to_json()}
 
 
 def _r(value: float | None) -> float | None:
@@ -155,11 +156,11 @@ class WarmCampaign:
         start.engine = engine
         gpu_before = self._gpu_snapshot()
         engine.start()
-        gate = log_gates.RequestLogGate(runner.markers, bcg_expected=arm.bcg, quality=arm.quality,
-                                        require_native=True)
+        gate = engine_args.log_gate(runner.markers, inv.argv, arm)
 
         def on_line(line: str) -> str | None:
             self._note_adapter(start, line)
+            start.facts.feed(line)
             return gate.feed(line)
 
         ready = engine.wait_ready(on_line, self.settings.cell_timeout_s)
@@ -278,8 +279,7 @@ class WarmCampaign:
     def _serve(self, start: EngineStart, arm, request_id: str, args: list[str], perf_dump: Path, output_dir: Path,
                stem: str, log_path: Path):
         runner = self.runner
-        gate = log_gates.RequestLogGate(runner.markers, bcg_expected=arm.bcg, quality=arm.quality,
-                                        prior_captures=start.captures)
+        gate = engine_args.log_gate(runner.markers, args, arm, prior_captures=start.captures, require_native=False)
         output_dir.mkdir(parents=True, exist_ok=True)
 
         def on_line(line: str) -> str | None:

@@ -36,6 +36,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run options")
     group.add_argument("--model", help=f"preset to run (default {DEFAULT_PRESET}; see --list-models)")
     group.add_argument("--all", action="store_true", help="every preset (after --tag/--task/--max-gpus), in order")
+    group.add_argument("--model-path", help="run the preset's request against this local model directory (name it "
+                       "as the hub repo, e.g. .../FLUX.1-dev: sglang picks the pipeline config by that name)")
+    group.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
+                       help="replace a preset request field (repeatable): " + ", ".join(presets.OVERRIDABLE_FIELDS))
     group.add_argument("--label", default="baseline", help="names this run's files: letters, digits, '-'")
     group.add_argument("--output-dir", help="where run directories go (default: <work root>/outputs/diffusion_benchmarks)")
     group.add_argument("--no-warmup", action="store_true", help="do not ask the engine for a warmup request")
@@ -144,10 +148,14 @@ def validate_run_args(args: argparse.Namespace) -> None:
 
 
 def selected_presets(args: argparse.Namespace) -> list[presets.Preset]:
+    """The presets to run, each with the request fields --override replaced (and no hub token needed with
+    --model-path)."""
     catalog = presets.load_presets()
     if args.all:
-        return presets.filter_presets(catalog, tags=args.tag, max_gpus=args.max_gpus, tasks=args.task)
-    return [presets.get_preset(args.model or DEFAULT_PRESET, catalog)]
+        chosen = presets.filter_presets(catalog, tags=args.tag, max_gpus=args.max_gpus, tasks=args.task)
+    else:
+        chosen = [presets.get_preset(args.model or DEFAULT_PRESET, catalog)]
+    return presets.customised(chosen, args.override, args.model_path)
 
 
 def campaign_mode(args: argparse.Namespace) -> str:
@@ -172,18 +180,6 @@ def engine_capabilities(args: argparse.Namespace) -> engine_probe.EngineCapabili
     return engine_probe.load_capabilities_file(Path(spec))
 
 
-def local_model_path(name: str, build: bool) -> Path:
-    """Where a local preset model lives; built only when ``build`` (a dry run only names the path)."""
-    from .. import tiny_model
-
-    if name != "tiny-flux":
-        raise contract.InputError("input.unknown_local_model", f"no builder for local model {name!r}",
-                                  "use local_model: tiny-flux")
-    if build:
-        return tiny_model.ensure_tiny_flux()
-    return tiny_model.default_cache_dir() / tiny_model.NATIVE_NAME
-
-
 def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
     output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks")
     return bench_runner.CampaignSettings(
@@ -197,7 +193,9 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         echo_engine=args.echo_engine, engine_mode=args.engine, warmup_requests=args.warmup_requests,
         warm_schedule=args.warm_schedule,
         stopping=sequential.StoppingRule(args.threshold_pct, args.budget_rounds, metric=args.primary_metric)
-        if args.until_verdict else None)
+        if args.until_verdict else None,
+        request={"model_path": str(Path(args.model_path).expanduser().resolve()) if args.model_path else None,
+                 "overrides": presets.parse_overrides(args.override), "extra_args": shlex.split(args.extra_args)})
 
 
 def access_hubs(args: argparse.Namespace) -> list[Path] | None:
@@ -213,11 +211,13 @@ def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_pr
     """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag or a gated
     model cannot be reached) up front."""
     preset = model_access.require(preset, os.environ, access_hubs(args))
-    model_path = local_model_path(preset.local_model, build=build_model) if preset.local_model else None
-    return bench_runner.CampaignRunner(
+    model_path, warnings = presets.model_location(preset, args.model_path, build=build_model)
+    runner = bench_runner.CampaignRunner(
         preset, plan_campaign(args, caps), settings_from(args), caps, environment=environment or {},
-        model_path=str(model_path) if model_path else None,
+        model_path=model_path,
         asset_filenames={a.id: a.filename for a in assets.load_manifest()}, use_cpu_adapter=use_cpu_adapter)
+    runner.warnings += [w for w in warnings if build_model]  # a plan lists them itself
+    return runner
 
 
 def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
@@ -225,11 +225,7 @@ def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) 
     runs, refusals, warnings = [], [], []
     inventory = None
     for preset in selected_presets(args):
-        if preset.local_model:
-            model_path = local_model_path(preset.local_model, build=False)
-            if not (model_path / "model_index.json").is_file():
-                warnings.append({"code": "model.not_built", "message": f"{model_path} does not exist yet; a real "
-                                 "run builds it first (tiny_model.ensure_tiny_flux)"})
+        warnings += presets.model_location(preset, args.model_path, build=False)[1]
         try:
             runner = new_runner(preset, args, caps, build_model=False)
         except contract.UsageError:

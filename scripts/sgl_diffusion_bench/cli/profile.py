@@ -17,7 +17,8 @@ from typing import Any
 
 from .. import assets, bench_runner, command_builder, contract, engine_process, env, fileio, gpu, log_gates, presets, selftest
 from . import _runner
-from .bench import engine_capabilities, local_model_path
+from ..tiny_model import local_model_path
+from .bench import engine_capabilities
 
 TOOL = "profile_diffusion"
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".pt.trace.json.gz")
