@@ -92,7 +92,7 @@ def run_sequential(args: argparse.Namespace) -> list[str]:
     for name, cv, change in scenarios:
         r = sequential_rates(args.campaigns, args.budget_rounds, cv, change, args.seed)
         print(f"{name:38} {r['improved'] * 100:8.1f}% {r['regressed'] * 100:8.1f}% "
-              f"{r['no-significant-change'] * 100:8.1f}% {r['insufficient-data'] * 100:7.1f}% "
+              f"{r['no_significant_change'] * 100:8.1f}% {r['insufficient_data'] * 100:7.1f}% "
               f"{r['stop:verdict'] * 100:11.1f}% {r['stop:equivalent'] * 100:9.1f}% {r['stop:budget'] * 100:10.1f}% "
               f"{r['mean_rounds']:7.2f}", flush=True)
         if change == 0.0 and r["improved"] + r["regressed"] > 0.01:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -122,3 +123,37 @@ def test_every_raised_error_code_is_in_the_registry_and_no_other():
     assert {"input.trace_corrupt", "input.perf_dump_invalid", "usage.invalid_arguments"} <= set(raised)
     assert {c: w for c, w in raised.items() if c not in registered} == {}, "add these to data/error_codes.yaml"
     assert registered - set(raised) == set(), "these codes are no longer raised: remove them from the registry"
+
+
+# --- one vocabulary: every enumerated value our documents use is lowercase snake_case ----------------------------
+
+# Values that are someone else's names keep their spelling: engine flags, environment variables, engine releases,
+# local model builders, and dotted field paths.
+FOREIGN_VALUE = re.compile(r"--[a-z-]+|[A-Z][A-Z0-9_]+|sglang-\d+\.\d+(\.\d+)?|tiny-flux|[a-z_]+(\.[a-z_]+)+")
+
+
+def enumerated_values() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+
+    def walk(node, schema_id: str) -> None:
+        if isinstance(node, dict):
+            for value in node.get("enum", []):
+                if isinstance(value, str):
+                    found.setdefault(value, set()).add(schema_id)
+            for child in node.values():
+                walk(child, schema_id)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child, schema_id)
+
+    for path in sorted((SCRIPTS.parent / "schemas").glob("*.schema.json")):
+        walk(json.loads(path.read_text(encoding="utf-8")), path.name)
+    return found
+
+
+def test_enumerated_values_are_snake_case():
+    values = enumerated_values()
+    assert {"no_significant_change", "insufficient_data", "valid", "process_rss"} <= set(values)
+    odd = {v: sorted(s) for v, s in values.items()
+           if not re.fullmatch(r"[a-z0-9_]+", v) and not FOREIGN_VALUE.fullmatch(v)}
+    assert odd == {}, "enumerated values are lowercase snake_case (CONTRIBUTING.md, 'One vocabulary')"

@@ -34,7 +34,7 @@ def test_aa_campaign_two_rounds_is_valid_with_identical_outputs(tmp_path):
     assert identity["kind"] == "byte_identity" and identity["identical"] and identity["passed"]
     assert doc["engine"]["adapter"]["active"] and all(c["perf"]["memory_kind"] == "process_rss" for c in cells)
     assert doc["summary"]["comparison"]["verdict"] in (
-        "improved", "regressed", "no-significant-change", "insufficient-data")
+        "improved", "regressed", "no_significant_change", "insufficient_data")
     # One status line per cell on stderr, and the report file is the printed document.
     assert run.stderr.count("VALID after") == 8
     on_disk = json.loads(Path(doc["plan"]["report_path"]).read_text())

@@ -111,7 +111,7 @@ def test_argument_order_follows_the_reference():
 
 def test_installed_style_engine_uses_warmup_and_no_quality():
     old = engine_probe.EngineCapabilities(
-        version="0.5.10.post1", package_dir="/x", method="static-source",
+        version="0.5.10.post1", package_dir="/x", method="static_source",
         flags=RECENT.flags - {"--warmup-mode", "--quality", "--enable-breakable-cuda-graph", "--performance-mode"}
         | {"--warmup"}, choices={}, profiler_dir_env=("SGLANG_TORCH_PROFILER_DIR",), profiler_dir_env_source="source")
     inv = build("qwen", old)

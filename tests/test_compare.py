@@ -25,13 +25,13 @@ def test_groups_reproduce_the_seed_pr(tmp_path):
     assert round(cmp["e2e_ms"]["change_pct"], 3) == -3.194 and round(cmp["denoise_ms"]["change_pct"], 3) == -5.054
     stats = cmp["statistics"]
     assert stats["metrics"]["denoise_ms"]["verdict"] == "improved"
-    assert stats["verdict"] == "no-significant-change"  # the 371 ms text-encoding outlier widens the E2E interval
+    assert stats["verdict"] == "no_significant_change"  # the 371 ms text-encoding outlier widens the E2E interval
     assert cmp["arms"]["candidate"]["outliers"][0]["attributed_stage"] == "TextEncodingStage"
     assert [s["name"] for s in cmp["stages"]][:2] == ["InputValidationStage", "TextEncodingStage"]
     text = md.read_text()
     assert doc["markdown_path"] == str(md)
     for needle in ("| E2E (s) | 4.315578 | 4.177754 |", "-3.194%", "-5.054%", "### 3. Statistics",
-                   "no-significant-change", "Rule:", "| DenoisingStage |"):
+                   "no_significant_change", "Rule:", "| DenoisingStage |"):
         assert needle in text, needle
 
 

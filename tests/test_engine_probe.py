@@ -77,7 +77,7 @@ def _fake_package(tmp_path, profiler_text):
 def test_static_parser_reads_literal_options_and_choices(tmp_path):
     pkg = _fake_package(tmp_path, 'os.getenv("SGLANG_DIFFUSION_TORCH_PROFILER_DIR") or os.getenv("SGLANG_TORCH_PROFILER_DIR")')
     caps = engine_probe.capabilities_from_actions(engine_probe.static_parser_actions(pkg), version="9.9",
-                                                  package_dir=pkg, method="static-source")
+                                                  package_dir=pkg, method="static_source")
     assert caps.flags == {"--perf-dump-path", "--warmup-mode", "--quality", "--enable-breakable-cuda-graph", "--seed"}
     assert caps.choices == {"--warmup-mode": ("off", "request", "server")}
     assert caps.warmup_flag == "--warmup-mode" and caps.has_bcg
@@ -89,9 +89,9 @@ def test_static_parser_reads_literal_options_and_choices(tmp_path):
     ('os.getenv("SGLANG_TORCH_PROFILER_DIR", "./logs")', "0.5.23", ("SGLANG_TORCH_PROFILER_DIR",), "source"),
     ("envs.SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "0.5.10.post1",
      ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR"), "source"),
-    (None, "0.5.10.post1", ("SGLANG_TORCH_PROFILER_DIR",), "version-table"),
-    (None, "0.5.9", ("SGLANG_TORCH_PROFILER_DIR",), "version-table"),
-    (None, "0.5.23", ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR"), "version-table"),
+    (None, "0.5.10.post1", ("SGLANG_TORCH_PROFILER_DIR",), "version_table"),
+    (None, "0.5.9", ("SGLANG_TORCH_PROFILER_DIR",), "version_table"),
+    (None, "0.5.23", ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR"), "version_table"),
 ])
 def test_profiler_dir_env_from_source_then_version_table(tmp_path, text, version, expected, source):
     pkg = _fake_package(tmp_path, text)

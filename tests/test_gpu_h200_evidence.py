@@ -66,7 +66,7 @@ def test_every_cell_is_valid_with_device_memory_and_checked_contention():
         assert setting in log
     summary = doc["summary"]
     assert summary["arms"]["a"]["memory_kind"] == "device" and summary["arms"]["a"]["n_valid"] == 2
-    assert summary["comparison"]["verdict"] == "insufficient-data"  # one round cannot support a verdict
+    assert summary["comparison"]["verdict"] == "insufficient_data"  # one round cannot support a verdict
 
 
 def test_outputs_are_byte_identical_across_the_four_cells():

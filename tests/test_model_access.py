@@ -61,7 +61,7 @@ def test_a_gated_preset_without_token_or_copy_is_refused_before_anything_runs(tm
 def test_a_complete_local_copy_runs_offline(tmp_path):
     write_cached_model(tmp_path / "hub", FLUX.model, flux_files())
     access = model_access.decide(FLUX, env_for(tmp_path))
-    assert access.decision == "offline-local-copy" and access.local_copy["revision"] == COMMIT
+    assert access.decision == "offline_local_copy" and access.local_copy["revision"] == COMMIT
     assert model_access.require(FLUX, env_for(tmp_path)).env["HF_HUB_OFFLINE"] == "1"
     plan = run_script("bench_diffusion_denoise", "--model", "flux", "--dry-run", "--engine-capabilities", "recent",
                       "--json", env=env_for(tmp_path), expect_json=True).document

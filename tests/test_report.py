@@ -32,7 +32,7 @@ def test_renders_the_seed_pr_evidence(tmp_path):
     run = run_script("render_bench_report", str(EXAMPLE), "--output-dir", str(tmp_path), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
-    assert doc["schema"] == "report-render.v1" and doc["verdict"] == "no-significant-change"
+    assert doc["schema"] == "report-render.v1" and doc["verdict"] == "no_significant_change"
     assert doc["cells"] == {"total": 8, "valid": 8}
     md = (tmp_path / "bench-report.md").read_text()
     assert "| Run order | eager E2E (s) | bcg E2E (s) | eager denoise (s) | bcg denoise (s) |" in md

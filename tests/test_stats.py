@@ -59,11 +59,11 @@ def test_seed_pr_outlier_is_round_2_b1_text_encoding():
 def test_seed_pr_verdicts_are_honest():
     """The outlier widens the E2E interval past the threshold band; denoise is clearly faster."""
     cmp = stats.summarize(seed_cells(), ["eager", "bcg"], "eager", "bcg")["comparison"]
-    assert cmp["metrics"]["e2e_ms"]["verdict"] == "no-significant-change"
+    assert cmp["metrics"]["e2e_ms"]["verdict"] == "no_significant_change"
     assert cmp["metrics"]["e2e_ms"]["ci_high_pct"] > -1.5 > cmp["metrics"]["e2e_ms"]["ci_low_pct"]
     assert cmp["metrics"]["denoise_ms"]["verdict"] == "improved"
     assert cmp["metrics"]["denoise_ms"]["ci_high_pct"] < -1.5
-    assert cmp["verdict"] == "no-significant-change" and cmp["primary_metric"] == "e2e_ms"
+    assert cmp["verdict"] == "no_significant_change" and cmp["primary_metric"] == "e2e_ms"
     assert "every round's change is negative" in cmp["rule"] and "-1.5%" in cmp["rule"]
     assert cmp["bootstrap"]["seed"] == stats.DEFAULT_SEED
 
@@ -101,17 +101,17 @@ def test_rounds_that_disagree_are_not_an_improvement():
              cell(4, "A", 2, 1000), cell(5, "B", 2, 1010), cell(6, "B", 2, 1011), cell(7, "A", 2, 1001)]
     m = stats.metric_change(cells, "A", "B", "e2e_ms")
     assert m["ci_high_pct"] < -1.5 and m["rounds_same_direction"] is False
-    assert m["verdict"] == "no-significant-change" and "rounds disagree" in m["reason"]
+    assert m["verdict"] == "no_significant_change" and "rounds disagree" in m["reason"]
 
 
 def test_insufficient_data():
     one_round = [cell(0, "A", 1, 1000), cell(1, "B", 1, 900), cell(2, "B", 1, 901), cell(3, "A", 1, 1001)]
     m = stats.metric_change(one_round, "A", "B", "e2e_ms")
-    assert m["verdict"] == "insufficient-data" and "1 round(s)" in m["reason"]
+    assert m["verdict"] == "insufficient_data" and "1 round(s)" in m["reason"]
     assert m["change_pct"] == pytest.approx((900.5 - 1000.5) / 1000.5 * 100)  # still reported, not judged
     invalid = [dict(c, status="invalid") if c["index"] == 2 else c for c in one_round]
     m = stats.metric_change(invalid, "A", "B", "e2e_ms", min_rounds=1)
-    assert m["verdict"] == "insufficient-data" and "1 candidate" in m["reason"]
+    assert m["verdict"] == "insufficient_data" and "1 candidate" in m["reason"]
     assert stats.metric_change(one_round, "A", "B", "e2e_ms", min_rounds=1)["verdict"] == "improved"
 
 
@@ -157,7 +157,7 @@ def test_a_noisy_machine_supports_no_verdict():
     arms = ["a", "a-again", "a-again", "a"] * 2
     cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e))]
     change = stats.metric_change(cells, "a", "a-again", "e2e_ms")
-    assert change["verdict"] == "insufficient-data" and change["reason"].startswith("unstable:")
+    assert change["verdict"] == "insufficient_data" and change["reason"].startswith("unstable:")
     assert change["change_pct"] is not None  # the figures are still reported, only the verdict is withheld
 
 
@@ -167,7 +167,7 @@ def test_a_noisy_aa_campaign_still_reports_its_noise_floor_and_next_step():
     arms = ["a", "a-again", "a-again", "a"] * 2
     cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e))]
     comparison = stats.summarize(cells, ["a", "a-again"], "a", "a-again")["comparison"]
-    assert comparison["verdict"] == "insufficient-data"
+    assert comparison["verdict"] == "insufficient_data"
     floor = comparison["metrics"]["e2e_ms"]["noise_floor"]
     a = stats.describe([e2e[i] for i in (0, 3, 4, 7)])
     assert floor["baseline_cv_pct"] == pytest.approx(a["cv_pct"]) and floor["n_baseline"] == 4
@@ -196,4 +196,4 @@ def test_one_cell_per_arm_has_no_floor_but_says_what_to_do():
     cells = [cell(0, "A", 1, 1000), cell(1, "B", 1, 990)]
     comparison = stats.summarize(cells, ["A", "B"], "A", "B")["comparison"]
     assert comparison["metrics"]["e2e_ms"]["noise_floor"]["min_detectable_effect_pct"] is None
-    assert comparison["verdict"] == "insufficient-data" and "--rounds 2" in comparison["next_step"]
+    assert comparison["verdict"] == "insufficient_data" and "--rounds 2" in comparison["next_step"]

@@ -52,17 +52,17 @@ def test_bcg_bytes_differing_from_eager_can_never_read_improved():
     reason = next(r for r in cell["reasons"] if r.startswith(quality.IDENTITY_REASON))
     assert odd in reason and reference in reason and "comparator cell 0 (eager)" in reason
     comparison = summary["comparison"]
-    assert comparison["verdict"] == "outputs-differ"
-    assert {m["verdict"] for m in comparison["metrics"].values()} == {"outputs-differ"}
-    assert validity.exit_reason(doc["cells"]) == "outputs-differ"
+    assert comparison["verdict"] == "outputs_differ"
+    assert {m["verdict"] for m in comparison["metrics"].values()} == {"outputs_differ"}
+    assert validity.exit_reason(doc["cells"]) == "outputs_differ"
     # idempotent: judging again (the runner does after every cell) keeps one reason, the same verdict
     again = judged_summary(doc)
-    assert again["comparison"]["verdict"] == "outputs-differ" and len(cell["reasons"]) == 1
+    assert again["comparison"]["verdict"] == "outputs_differ" and len(cell["reasons"]) == 1
     full = {**doc, "summary": summary}
     assert contract.validation_errors(full, "bench-report.v1") == []
     markdown = report.render_markdown(full, plot_name=None)
     assert "| improved |" not in markdown and ": improved**" not in markdown  # (the rule's words name it)
-    assert "Outputs differ: no performance verdict" in markdown and ": outputs-differ**" in markdown
+    assert "Outputs differ: no performance verdict" in markdown and ": outputs_differ**" in markdown
     assert "reductions are" not in markdown
 
 
@@ -70,7 +70,7 @@ def test_unstable_eager_bytes_are_invalid_too():
     doc = example()
     doc["cells"][3]["outputs"][0]["sha256"] = "e" * 64  # round 1 A2: eager against itself
     summary = judged_summary(doc)
-    assert doc["cells"][3]["status"] == "invalid" and summary["comparison"]["verdict"] == "outputs-differ"
+    assert doc["cells"][3]["status"] == "invalid" and summary["comparison"]["verdict"] == "outputs_differ"
 
 
 def test_the_ledger_accepts_the_outputs_differ_exit_reason():
@@ -157,7 +157,7 @@ def test_an_invalid_row_shows_no_figure_in_the_evidence_table():
 
 
 def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
-    """The wired runner: a campaign whose BCG cell wrote other bytes reports outputs-differ, never improved."""
+    """The wired runner: a campaign whose BCG cell wrote other bytes reports outputs_differ, never improved."""
     preset = presets.get_preset("tiny-flux-cpu")
     caps = engine_probe.recent_engine_capabilities()
     settings = bench_runner.CampaignSettings(label="identity", output_root=tmp_path, primary_metric="denoise_ms")
@@ -169,6 +169,6 @@ def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
     assert runner.report()["summary"]["comparison"]["verdict"] == "improved"
     runner.cells[6]["outputs"][0]["sha256"] = "0" * 64
     doc = runner.report()
-    assert doc["summary"]["comparison"]["verdict"] == "outputs-differ" and not doc["ok"]
+    assert doc["summary"]["comparison"]["verdict"] == "outputs_differ" and not doc["ok"]
     assert runner.cells[6]["status"] == "invalid"
     assert contract.validation_errors(doc) == []

@@ -147,9 +147,9 @@ def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
     faster = sequential.look(rule, _round_cells([-5.0, -5.2, -4.9, -5.1]), "A", "B", 4)
     assert faster["verdict"] == "improved" and faster["stop"] == "verdict" and faster["ci_high_pct"] < -1.5
     same = sequential.look(rule, _round_cells([0.1, -0.1, 0.05, 0.0]), "A", "B", 4)
-    assert same["stop"] == "equivalent" and same["verdict"] == "no-significant-change"
+    assert same["stop"] == "equivalent" and same["verdict"] == "no_significant_change"
     unsure = sequential.look(rule, _round_cells([-3.0, 1.0]), "A", "B", 2)
-    assert unsure["stop"] is None and unsure["verdict"] == "no-significant-change"
+    assert unsure["stop"] is None and unsure["verdict"] == "no_significant_change"
     spent = sequential.look(rule, _round_cells([-3.0, 1.0, -2.0, 0.5, -4.0, 2.0]), "A", "B", 6)
     assert spent["stop"] == "budget"
     mixed = sequential.look(rule, _round_cells([-5.0, -5.0, -5.0, 0.5]), "A", "B", 4)

@@ -236,7 +236,7 @@ class CampaignRunner:
         stop = self.looks[-1]["stop"]
         if stop is None:
             return False
-        print(f"[until-verdict] stop after round {slot.round}: {stop} ({self.looks[-1]['verdict']})",
+        print(f"[until_verdict] stop after round {slot.round}: {stop} ({self.looks[-1]['verdict']})",
               file=sys.stderr, flush=True)
         del self.cells[index + 1:]  # planned rounds that were not needed are not part of the campaign
         del self.invocations[index + 1:]

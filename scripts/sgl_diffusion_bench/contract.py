@@ -5,7 +5,9 @@ Every document a script prints names its schema in a top-level ``"schema"`` fiel
 documents too (``error.v1``). Exit codes carry meaning (see ``ExitCode``).
 
 Format history:
-- v1: first version of every document.
+- v1: first version of every document. Before 0.1.0 was released, enumerated values became lowercase
+  snake_case throughout (verdicts ``no_significant_change``, ``insufficient_data``, ``outputs_differ``; fast-path
+  groups; probe methods), so one casing holds for every value a document carries.
 """
 
 from __future__ import annotations

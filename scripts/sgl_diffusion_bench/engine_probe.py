@@ -6,7 +6,7 @@ levels and breakable CUDA graphs), so commands are built from a probe of the ins
 Two probe methods, best first:
 1. ``argparse``: build sglang's own generate parser (``add_multimodal_gen_generate_args``) in a child Python, with
    the CPU adapter on PYTHONPATH so the import also works on a GPU-less box, and list its actions (~10 s).
-2. ``static-source``: when that import fails, read the parser-builder sources and collect the literal
+2. ``static_source``: when that import fails, read the parser-builder sources and collect the literal
    ``add_argument`` option strings with ``ast`` (milliseconds; misses flags built at run time, says so).
 The result is cached under ``<work root>/.cache/`` keyed by version, package path and the sources' mtimes.
 """
@@ -63,11 +63,11 @@ class EngineCapabilities:
 
     version: str | None
     package_dir: str | None
-    method: str  # argparse | static-source | builtin
+    method: str  # argparse | static_source | builtin
     flags: frozenset[str]
     choices: Mapping[str, tuple[str, ...]]  # flag -> accepted values, where the parser declares them
     profiler_dir_env: tuple[str, ...]  # variables the profiler reads for its trace directory, in priority order
-    profiler_dir_env_source: str  # source | version-table | builtin
+    profiler_dir_env_source: str  # source | version_table | builtin
     problems: tuple[str, ...] = ()  # why a better probe method was not used
 
     def has_flag(self, flag: str) -> bool:
@@ -166,8 +166,8 @@ def profiler_dir_env_from_source(package_dir: Path, version: str | None) -> tupl
     if text is not None and PROFILER_ENV_GENERIC in text:
         return (PROFILER_ENV_GENERIC,), "source"
     if version and _release_tuple(version) <= LAST_GENERIC_PROFILER_ENV_RELEASE:
-        return (PROFILER_ENV_GENERIC,), "version-table"
-    return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "version-table"
+        return (PROFILER_ENV_GENERIC,), "version_table"
+    return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "version_table"
 
 
 def _source_files(package_dir: Path) -> list[Path]:
@@ -309,7 +309,7 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
             raise contract.PreconditionError(
                 "engine.probe_failed", f"cannot learn the CLI of sglang {version} at {package_dir}: {problems[0]}",
                 "check that `sglang generate --help` works in this Python; fix the engine install first") from exc
-        caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static-source",
+        caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static_source",
                                          problems=problems)
     _write_cache(cache_path, key, caps)
     return ProbeResult(caps, cache_path, False)

@@ -21,7 +21,7 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1"}
 
 @dataclasses.dataclass(frozen=True)
 class Access:
-    decision: str  # public | local | token | offline-local-copy | refused
+    decision: str  # public | local | token | offline_local_copy | refused
     reason: str
     token_present: bool
     local_copy: dict[str, Any] | None
@@ -91,7 +91,7 @@ def decide(preset: Preset, environ: Mapping[str, str], hubs: Iterable[Path] | No
         return Access("token", f"{preset.model} is gated; a Hugging Face token is available", token, None)
     copy = complete_copy(preset.model, list(hubs) if hubs is not None else [hf_settings.hub_cache(environ)])
     if copy:
-        return Access("offline-local-copy", f"{preset.model} is gated and no token is set, but a complete copy is "
+        return Access("offline_local_copy", f"{preset.model} is gated and no token is set, but a complete copy is "
                       f"cached at {copy['snapshot']}: the run goes offline (HF_HUB_OFFLINE=1)", token, copy)
     return Access("refused", f"{preset.model} is gated: no Hugging Face token is set and no complete copy is in "
                   "the local cache", token, None)
@@ -105,6 +105,6 @@ def require(preset: Preset, environ: Mapping[str, str], hubs: Iterable[Path] | N
             "hf.gated_no_token", f"preset {preset.name!r}: {access.reason}",
             f"{hf_settings.MISSING_TOKEN_HINT} (a token whose account accepted the model's licence), or download "
             f"{preset.model} into the Hugging Face cache first", details={"access": access.to_json()})
-    if access.decision == "offline-local-copy":
+    if access.decision == "offline_local_copy":
         return dataclasses.replace(preset, env={**preset.env, **OFFLINE_ENV})
     return preset

@@ -169,7 +169,7 @@ def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) ->
 
 
 def render_noise_floor(metric: Mapping[str, Any]) -> list[str]:
-    """One line: what this many samples can resolve (also when the verdict is insufficient-data)."""
+    """One line: what this many samples can resolve (also when the verdict is insufficient_data)."""
     floor = metric.get("noise_floor")
     if not floor or floor["min_detectable_effect_pct"] is None:
         return [f"Noise floor ({metric['metric']}): not measurable yet (needs 2 valid cells per arm)."]

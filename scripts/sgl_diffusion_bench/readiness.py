@@ -94,7 +94,7 @@ def model_check(access: model_access.Access, hub: Mapping[str, Any], local_copy:
                 ) -> dict[str, Any]:
     if access.decision == "refused":
         return _check(False, access.reason, decision=access.decision)
-    if access.decision in ("local", "offline-local-copy") or local_copy:
+    if access.decision in ("local", "offline_local_copy") or local_copy:
         return _check(True, access.reason + ("; a complete copy is cached" if local_copy else ""),
                       decision=access.decision)
     if not hub["reachable"]:

@@ -169,7 +169,7 @@ def _run_order_table(cells, arms) -> list[str]:
 def _changes(comparison) -> list[str]:
     if comparison is None:
         return []
-    if comparison["verdict"] == "outputs-differ":  # no mean or per-round change may be read as a speedup
+    if comparison["verdict"] == "outputs_differ":  # no mean or per-round change may be read as a speedup
         return [f"**Outputs differ: no performance verdict.** {comparison['metrics'][comparison['primary_metric']]['reason']}."]
     lines, means = [], []
     for key, label in (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")):

@@ -4,7 +4,7 @@ After each complete A/B/B/A round (from ``min_rounds`` on) the campaign looks at
 value per round (candidate round mean over baseline round mean; pairing by round cancels slow drift). It stops when
 the Student-t interval of the mean round change excludes both -threshold and +threshold: entirely beyond one of them
 with every round agreeing ("improved"/"regressed"), or entirely between them (no change worth claiming); otherwise it
-runs another round, until the budget of rounds is spent ("no-significant-change").
+runs another round, until the budget of rounds is spent ("no_significant_change").
 
 Why not the bootstrap of ``stats``: with two cells per arm per round the percentile bootstrap's interval is too
 narrow (it cannot see the spread it never sampled), and looking after every round multiplies its chances of a false
@@ -55,7 +55,7 @@ class StoppingRule:
                 f"Student-t interval of the mean per-round {self.metric} change (Bonferroni over {self.looks} looks, "
                 f"overall {self.overall_confidence * 100:g}%); stop with 'improved'/'regressed' when it lies entirely "
                 f"below -{self.threshold_pct:g}% / above +{self.threshold_pct:g}% and every round agrees, with "
-                f"'no-significant-change' when it lies inside +/-{self.threshold_pct:g}% or after {self.budget_rounds} "
+                f"'no_significant_change' when it lies inside +/-{self.threshold_pct:g}% or after {self.budget_rounds} "
                 f"rounds")
 
 
@@ -79,13 +79,13 @@ def look(rule: StoppingRule, cells: Sequence[Mapping[str, Any]], baseline: str, 
     changes = round_changes(cells, baseline, candidate, rule.metric)
     t = rule.threshold_pct
     low = high = mean = None
-    verdict, stop = "insufficient-data", None
+    verdict, stop = "insufficient_data", None
     if len(changes) >= max(rule.min_rounds, 2):
         mean = statistics.fmean(changes)
         half = t_quantile(1 - (1 - rule.look_confidence) / 2, len(changes) - 1) * statistics.stdev(changes) \
             / math.sqrt(len(changes))
         low, high = mean - half, mean + half
-        verdict = "no-significant-change"
+        verdict = "no_significant_change"
         if high < -t and all(c < 0 for c in changes):
             verdict, stop = "improved", "verdict"
         elif low > t and all(c > 0 for c in changes):
@@ -101,7 +101,7 @@ def look(rule: StoppingRule, cells: Sequence[Mapping[str, Any]], baseline: str, 
 def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: int) -> dict[str, Any]:
     """The report's ``campaign.stopping``: the rule, every look, and why the campaign ended."""
     final = looks[-1]["stop"] if looks else None
-    return {"rule": "until-verdict", "description": rule.describe(), "budget_rounds": rule.budget_rounds,
+    return {"rule": "until_verdict", "description": rule.describe(), "budget_rounds": rule.budget_rounds,
             "min_rounds": rule.min_rounds, "look_confidence": rule.look_confidence,
             "overall_confidence": rule.overall_confidence, "rounds_run": rounds_run,
             "stopped_because": final or "interrupted", "looks": [dict(x) for x in looks]}

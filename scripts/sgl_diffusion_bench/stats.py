@@ -22,7 +22,7 @@ MAX_CV_PCT = 10.0  # pyperf's instability line: a spread this wide drowns any ch
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut for the modified z-score
 MAD_FLOOR_FRACTION = 0.001  # spreads under 0.1 % of the median are timer noise, not a scale to divide by
 METRICS = ("e2e_ms", "denoise_ms")
-VERDICTS = ("improved", "regressed", "no-significant-change", "insufficient-data")  # + validity.OUTPUTS_DIFFER
+VERDICTS = ("improved", "regressed", "no_significant_change", "insufficient_data")  # + validity.OUTPUTS_DIFFER
 BOOTSTRAP_METHOD = ("percentile bootstrap of the relative change of means; cells resampled with replacement "
                     "within each arm (and within each round when the cells have rounds)")
 
@@ -33,9 +33,9 @@ def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> s
     return (f"change = (candidate mean - baseline mean) / baseline mean. 'improved' when the {pct} bootstrap "
             f"interval of the change lies entirely below -{threshold_pct:g}% AND every round's change is negative; "
             f"'regressed' when it lies entirely above +{threshold_pct:g}% AND every round's change is positive; "
-            f"'insufficient-data' when an arm has fewer than 2 used cells, when, for cells with rounds, fewer than "
+            f"'insufficient_data' when an arm has fewer than 2 used cells, when, for cells with rounds, fewer than "
             f"{min_rounds} rounds have both arms, or when either arm's coefficient of variation exceeds "
-            f"{MAX_CV_PCT:g}% (too noisy to support any verdict); otherwise 'no-significant-change'. Cells without "
+            f"{MAX_CV_PCT:g}% (too noisy to support any verdict); otherwise 'no_significant_change'. Cells without "
             f"rounds (perf dumps compared as groups) are judged on the interval alone: run an A/B/B/A campaign to "
             f"show the change repeats.")
 
@@ -191,7 +191,7 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
 
 def next_step(metric: Mapping[str, Any]) -> str | None:
     """What to do when the data cannot support a verdict, from the noise floor's figures."""
-    if metric["verdict"] != "insufficient-data":
+    if metric["verdict"] != "insufficient_data":
         return None
     floor = metric.get("noise_floor") or {}
     if floor.get("samples_per_arm_needed") is None:
@@ -238,10 +238,10 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
         threshold_pct=threshold_pct, confidence=confidence, resamples=resamples, seed=seed,
         cells_per_round=per_round or 2)
     if len(base) < 2 or len(cand) < 2:
-        return {**result, "verdict": "insufficient-data",
+        return {**result, "verdict": "insufficient_data",
                 "reason": f"{len(base)} baseline and {len(cand)} candidate cells with {metric}; need 2 each"}
     if has_rounds and len(complete) < min_rounds:
-        return {**result, "verdict": "insufficient-data",
+        return {**result, "verdict": "insufficient_data",
                 "reason": f"{len(complete)} round(s) with both arms; need {min_rounds}"}
 
     spreads = {arm: describe([_metric(c, metric) for c in group])["cv_pct"] for arm, group in
@@ -249,7 +249,7 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
     noisy = {arm: cv for arm, cv in spreads.items() if cv is not None and cv > MAX_CV_PCT}
     if noisy:
         worst = max(noisy, key=noisy.get)
-        return {**result, "verdict": "insufficient-data",
+        return {**result, "verdict": "insufficient_data",
                 "reason": f"unstable: {metric} varies by CV {noisy[worst]:.1f}% in arm {worst!r} (limit "
                           f"{MAX_CV_PCT:g}%); quiet the machine (idle GPU, no other jobs) and re-run, or add rounds"}
 
@@ -274,9 +274,9 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
     elif low > threshold_pct and all_up:
         verdict, reason = "regressed", f"{interval} is above +{threshold_pct:g}% and every round is slower"
     elif high < -threshold_pct or low > threshold_pct:
-        verdict, reason = "no-significant-change", f"{interval} clears the threshold but the rounds disagree"
+        verdict, reason = "no_significant_change", f"{interval} clears the threshold but the rounds disagree"
     else:
-        verdict, reason = "no-significant-change", f"{interval} overlaps the +/-{threshold_pct:g}% band"
+        verdict, reason = "no_significant_change", f"{interval} overlaps the +/-{threshold_pct:g}% band"
     return {**result, "verdict": verdict, "reason": reason}
 
 

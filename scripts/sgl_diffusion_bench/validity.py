@@ -2,7 +2,7 @@
 
 Output identity is part of validity: a cell whose bytes differ from its comparator at a level that promises the same
 bytes (or a lossy output below the SSIM/PSNR thresholds) is invalid, with a reason naming both hashes. A campaign
-whose identity-level outputs differ gets the non-performance verdict ``outputs-differ``: its timings are never read
+whose identity-level outputs differ gets the non-performance verdict ``outputs_differ``: its timings are never read
 as a speedup. Invalid cells carry no numbers: their ``perf`` is dropped (the raw dump path stays for debugging).
 Pure functions over bench-report.v1 cells and summaries.
 """
@@ -13,8 +13,8 @@ from typing import Any, Mapping, MutableMapping, Sequence
 
 from . import quality
 
-OUTPUTS_DIFFER = "outputs-differ"
-EXIT_OUTPUTS_DIFFER = "outputs-differ"  # the cleanup ledger's exit reason for such a campaign
+OUTPUTS_DIFFER = "outputs_differ"
+EXIT_OUTPUTS_DIFFER = "outputs_differ"  # the cleanup ledger's exit reason for such a campaign
 
 
 def strip_numbers(cell: MutableMapping[str, Any]) -> None:
@@ -41,7 +41,7 @@ def apply_output_checks(cells: Sequence[MutableMapping[str, Any]], arms: Mapping
 
 def apply_to_comparison(comparison: MutableMapping[str, Any] | None,
                         output_quality: Mapping[str, Any] | None) -> MutableMapping[str, Any] | None:
-    """Differing bytes at an identity level replace every performance verdict with ``outputs-differ``."""
+    """Differing bytes at an identity level replace every performance verdict with ``outputs_differ``."""
     if comparison is None or not quality.outputs_differ(output_quality):
         return comparison
     checks = [c for c in output_quality["checks"] if c["kind"] == "byte_identity" and not c["passed"]]
@@ -55,7 +55,7 @@ def apply_to_comparison(comparison: MutableMapping[str, Any] | None,
 
 
 def exit_reason(cells: Sequence[Mapping[str, Any]]) -> str:
-    """success, outputs-differ (a cell's bytes broke the identity contract), or error."""
+    """success, outputs_differ (a cell's bytes broke the identity contract), or error."""
     if any(r.startswith(quality.IDENTITY_REASON) for c in cells for r in c.get("reasons", [])):
         return EXIT_OUTPUTS_DIFFER
     return "success" if cells and all(c.get("status") == "valid" for c in cells) else "error"

@@ -64,7 +64,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if command == "print-output-dir":
         return _path_result(args.kind, env.output_dir(args.kind, args.mkdir))
     if command == "check-write-access":
-        return _path_result("write-probe", env.check_write_access())
+        return _path_result("write_probe", env.check_write_access())
     options = dict(samples=args.samples, max_memory_mib=args.max_memory_mib, max_util_pct=args.max_util_pct,
                    lock_dir=Path(args.lock_dir))
     if command == "print-idle-gpus":

@@ -25,7 +25,7 @@ from .layout import MANIFEST_NAME, MARKER_NAME, _marker_ok, resolve_root
 from .tree import TreeEntry, _read_manifest, compute_stats, fingerprint_tree, hf_scan, walk_tree
 
 RESIDUAL_SAMPLE_LIMIT = 50
-EXIT_REASONS = ("success", "error", "interrupted", "outputs-differ", "reclaimed")
+EXIT_REASONS = ("success", "error", "interrupted", "outputs_differ", "reclaimed")
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Remover = Callable[[int, str, str, Path], None]  # (directory fd, entry name, kind, path for messages)
