@@ -45,14 +45,14 @@ def test_the_engine_bound_and_tolerances_decide(package_dir):
     perf = json.loads(H200_REPORT.read_text())["cells"][0]["perf"]
     within = engine_baselines.compare([perf], baselines, "qwen_image_t2i",
                                       constants=engine_baselines.checker_constants(package_dir))
-    assert within["verdict"] == "within-baseline" and within["tolerances"] == baselines["tolerances"]["pr_test"]
+    assert within["verdict"] == "within_baseline" and within["tolerances"] == baselines["tolerances"]["pr_test"]
     decoding = next(r for r in within["rows"] if r["metric"] == "stage:DecodingStage")
     assert decoding["tolerance"] == 0.9 and decoding["min_abs"] == 450.0  # the checker's decoding allowance
     slow = copy.deepcopy(perf)
     expected = baselines["scenarios"]["qwen_image_t2i"]["expected_e2e_ms"]
     slow["e2e_ms"] = expected * (1 + baselines["tolerances"]["pr_test"]["e2e"]) + 1
     over = engine_baselines.compare([slow], baselines, "qwen_image_t2i")
-    assert over["verdict"] == "over-baseline" and over["over"] == ["e2e_ms"]
+    assert over["verdict"] == "over_baseline" and over["over"] == ["e2e_ms"]
     long_term = engine_baselines.compare([perf], baselines, "qwen_image_t2i", profile="long_term")
     assert long_term["rows"][0]["tolerance"] == baselines["tolerances"]["long_term"]["e2e"]
     assert engine_baselines.upper_bound(10.0, 0.25, 20.0) == 30.0  # the absolute pad wins on small figures

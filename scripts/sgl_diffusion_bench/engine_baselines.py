@@ -69,7 +69,7 @@ def upper_bound(expected: float, tol: float, min_abs: float) -> float:
 def _row(metric: str, actual: float | None, expected: float | None, tol: float, min_abs: float) -> dict[str, Any]:
     if actual is None or expected is None or expected <= 0:
         return {"metric": metric, "actual": actual, "expected": expected, "tolerance": tol, "min_abs": min_abs,
-                "limit": None, "change_pct": None, "status": "not-compared"}
+                "limit": None, "change_pct": None, "status": "not_compared"}
     limit = upper_bound(expected, tol, min_abs)
     return {"metric": metric, "actual": actual, "expected": expected, "tolerance": tol, "min_abs": min_abs,
             "limit": limit, "change_pct": (actual - expected) / expected * 100,
@@ -117,9 +117,9 @@ def compare(perfs: Sequence[Mapping[str, Any]], baselines: Mapping[str, Any], sc
     if got["memory_kind"] == "device":
         rows.append(_row("runtime_peak_vram_mb", got["peak_memory_mb"], expected.get("runtime_peak_vram_mb"),
                          tolerances["runtime_peak_vram"], DEFAULT_MIN_ABS["memory"]))
-    compared = [r for r in rows if r["status"] != "not-compared"]
+    compared = [r for r in rows if r["status"] != "not_compared"]
     over = [r["metric"] for r in compared if r["status"] == "over"]
-    verdict = "no-figures" if not compared else ("over-baseline" if over else "within-baseline")
+    verdict = "no_figures" if not compared else ("over_baseline" if over else "within_baseline")
     return {"matched": True, "scenario": scenario, "profile": profile, "tolerances": tolerances,
             "measured": got, "rows": rows, "over": over, "verdict": verdict}
 

@@ -80,9 +80,9 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         else:
             result = engine_baselines.compare(perfs, baselines, args.scenario, profile=args.profile,
                                               constants=engine_baselines.checker_constants(package_dir))
-    doc = contract.envelope("baseline-check.v1", TOOL, ok=result["verdict"] == "within-baseline", **base,
+    doc = contract.envelope("baseline-check.v1", TOOL, ok=result["verdict"] == "within_baseline", **base,
                             result=result)
-    exit_code = 0 if doc["ok"] else (1 if result["verdict"] == "over-baseline" else int(contract.ExitCode.PRECONDITION))
+    exit_code = 0 if doc["ok"] else (1 if result["verdict"] == "over_baseline" else int(contract.ExitCode.PRECONDITION))
     return _runner.Result(doc, render(doc), exit_code=exit_code)
 
 
@@ -92,7 +92,7 @@ def render(doc: dict[str, Any]) -> str:
         return f"NO MATCH: {result['reason']}"
     lines = [f"{result['scenario']} on {doc['gpu_class']} ({result['profile']} tolerances): {result['verdict']}"]
     for r in result["rows"]:
-        if r["status"] == "not-compared":
+        if r["status"] == "not_compared":
             continue
         lines.append(f"  [{r['status']}] {r['metric']}: {r['actual']:.2f} vs expected {r['expected']:.2f} "
                      f"(limit {r['limit']:.2f}, {r['change_pct']:+.1f}%)")
