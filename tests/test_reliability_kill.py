@@ -36,6 +36,15 @@ HOLDER = textwrap.dedent("""
         model_cache.prepare_child_cache(tmp / "root", "org/m", "killed")
         (tmp / "command.pid").write_text(str(os.getpid()))
         time.sleep(300)
+    elif what == "cleanup":
+        prepared = model_cache.prepare_child_cache(tmp / "root", "org/m", "slow")
+        for i in range(200):
+            (prepared.child / "torch" / f"f{{i}}").write_bytes(b"x")
+        def slow(dir_fd, name, kind, path):
+            (tmp / "command.pid").write_text(str(os.getpid()))
+            time.sleep(0.05)
+            model_cache.remove_entry(dir_fd, name, kind, path)
+        model_cache.cleanup_child_cache(tmp / "root", prepared.child, "success", tmp / "l.jsonl", remove=slow)
     elif what == "claim":
         claim = run_claim.claim_run(tmp / "p__l.report.json", "l")
         (tmp / "command.pid").write_text(str(os.getpid()))
@@ -98,6 +107,44 @@ def test_a_killed_runs_cache_child_is_reclaimed_with_a_ledger_line(tmp_path):
     assert not Path(entry["cache_dir"]).exists() and live.child.is_dir()
     lines = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
     assert [(e["phase"], e["exit_reason"]) for e in lines] == [("started", "reclaimed"), ("finished", "reclaimed")]
+
+
+def test_a_cleanup_killed_midway_leaves_its_started_line_and_finishes_on_rerun(tmp_path):
+    proc, _ = _start(tmp_path, "cleanup")
+    time.sleep(0.3)
+    _sigkill(proc)
+    (started,) = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert started["phase"] == "started" and not started["ok"]
+    (child,) = (tmp_path / "root").glob("org_m-slow")
+    assert (child / model_cache.MANIFEST_NAME).is_file()  # kept: the rerun still recognises the child as ours
+    first = model_cache.verify_ledger(tmp_path / "l.jsonl")
+    assert first["residue_count"] == 1 and first["entries"][0]["recorded_ok"] is False  # the unfinished cleanup
+    assert model_cache.cleanup_child_cache(tmp_path / "root", child.name, "success", tmp_path / "l.jsonl")["ok"]
+    assert model_cache.verify_ledger(tmp_path / "l.jsonl")["residue_count"] == 0
+
+
+def test_a_campaign_checks_its_ledger_and_claims_its_label_before_anything_runs(tmp_path):
+    from sgl_diffusion_bench import presets
+    from sgl_diffusion_bench.cli import bench
+
+    def runner(ledger: Path):
+        args = bench.build_parser().parse_args([
+            "--model", "tiny-flux-cpu", "--label", "c", "--output-dir", str(tmp_path / "out"),
+            "--engine-capabilities", "recent", "--model-cache-root", str(tmp_path / "cache"),
+            "--cleanup-model-cache", "--cleanup-ledger", str(ledger)])
+        return bench.new_runner(presets.get_preset("tiny-flux-cpu"), args, bench.engine_capabilities(args),
+                                build_model=False)
+
+    (tmp_path / "a-directory").mkdir()
+    with pytest.raises(contract.PreconditionError) as info:
+        runner(tmp_path / "a-directory").check_fresh()
+    assert info.value.code == "cache.ledger_unwritable" and not list((tmp_path / "out").glob("*.claim"))
+    first = runner(tmp_path / "l.jsonl")
+    first.check_fresh()
+    with pytest.raises(contract.PreconditionError) as info:
+        runner(tmp_path / "l.jsonl").check_fresh()
+    assert info.value.code == "run.label_in_use"
+    first.claim.release()
 
 
 def test_owner_liveness_is_not_fooled_by_a_reused_pid():

@@ -180,6 +180,8 @@ class CampaignRunner:
         if missing:
             raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
                                              "run bench_diffusion_denoise.py --fetch-assets --json first")
+        if self.settings.cleanup_model_cache:  # an unwritable ledger refuses now, not after the run
+            model_cache.check_ledger(self._ledger_path())
         # Atomic (O_EXCL + flock): a second campaign on this label now fails here, before anything runs.
         self.claim = run_claim.claim_run(self.report_path, self.settings.label,
                                          taken=[self.report_path, *(inv.run_dir for inv in self.invocations)])

@@ -368,6 +368,11 @@ def cleanup_child_cache(root: str | Path, child: str | Path, reason: str, ledger
     return entry
 
 
+def check_ledger(ledger_path: str | Path) -> None:
+    """Refuse now (cache.ledger_unwritable) if a cleanup could not write its ledger later."""
+    os.close(_open_ledger(Path(ledger_path).expanduser().resolve()))
+
+
 def _open_ledger(ledger: Path) -> int:
     """The ledger opened for appending before anything is deleted; a ledger that cannot be written refuses."""
     try:
