@@ -298,9 +298,7 @@ class CampaignRunner:
                 self.warnings.append({"code": "cache.unknown_size", "message": "the model's size is unknown (no hub "
                                       "metadata, no cached snapshot): the download may fill the disk"})
         if self.settings.cleanup_model_cache:  # what a killed run left is removed (and ledgered) first
-            for entry in model_cache.reclaim_stale_children(self.settings.model_cache_root, self._ledger_path()):
-                self.warnings.append({"code": "cache.reclaimed", "message": f"removed {entry['cache_dir']}, left "
-                                      f"by a run that died (clean: {entry['ok']})"})
+            self.warnings += model_cache.reclaim_for_run(self.settings.model_cache_root, self._ledger_path())
         prepared = model_cache.prepare_child_cache(self.settings.model_cache_root, self.preset.name,
                                                    self.settings.label, self.settings.seed_caches)
         self._prepared = prepared

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import contract, owner
+from .. import contract
 from .layout import MANIFEST_NAME, MARKER_NAME, _marker_ok, resolve_root
 from .tree import TreeEntry, _read_manifest, compute_stats, fingerprint_tree, hf_scan, walk_tree
 
@@ -429,23 +429,3 @@ def _write_line(fd: int, entry: dict[str, Any]) -> None:
         data = data[os.write(fd, data):]
     os.fsync(fd)
 
-
-def reclaim_stale_children(root: str | Path, ledger_path: str | Path) -> list[dict[str, Any]]:
-    """Clean (reason ``reclaimed``, ledgered) every child under a marked root whose manifest names an owner process
-    on this host that is gone: what a SIGKILLed run left. Children of live runs, of other hosts, or without an owner
-    record are left alone. An unmarked or missing root has nothing of ours to reclaim."""
-    try:
-        resolved = resolve_root(root)
-    except contract.ToolError:
-        return []
-    if not resolved.is_dir() or not _marker_ok(resolved):
-        return []
-    entries = []
-    for child in sorted(resolved.iterdir()):
-        if child.is_symlink() or not child.is_dir():
-            continue
-        manifest = _read_manifest(child)
-        if manifest is None or "owner" not in manifest or owner.alive(manifest["owner"]):
-            continue
-        entries.append(cleanup_child_cache(resolved, child.name, "reclaimed", ledger_path))
-    return entries
