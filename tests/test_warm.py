@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_script
+from conftest import SCRIPTS, run_script
 from sgl_diffusion_bench import warm_campaign
 from sgl_diffusion_bench.cli import _runner
 
@@ -164,3 +167,26 @@ def test_until_verdict_needs_one_ab_comparison(args, tmp_path):
                      "--engine-capabilities", "recent", "--label", "u", "--output-dir", str(tmp_path), "--dry-run",
                      "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.until_verdict_needs_ab"
+
+
+REFUSALS = [
+    (["--campaign", "ab"], 2, "usage.ab_needs_arms"),
+    (["--engine", "warm", "--warmup-requests", "0"], 2, "usage.bad_warmup_requests"),
+    (["--label", "taken"], 3, "run.label_taken"),
+]
+
+
+@pytest.mark.parametrize("args, exit_code, code", REFUSALS)
+def test_a_refused_run_imports_no_torch_and_builds_nothing(args, exit_code, code, tmp_path):
+    """Refusals come before anything heavy: the refused process never imported torch nor built a model."""
+    (tmp_path / "tiny-flux-cpu__taken").mkdir()
+    probe = ("import json, sys; sys.path.insert(0, sys.argv[1]); from sgl_diffusion_bench.cli import bench; "
+             "rc = bench.main(sys.argv[2:]); print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))")
+    proc = subprocess.run([sys.executable, "-c", probe, str(SCRIPTS), "--model", "tiny-flux-cpu",
+                           "--engine-capabilities", "recent", "--label", "refused", "--output-dir", str(tmp_path),
+                           *args, "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DIFFUSION_BENCH_TINY_MODEL_DIR": str(tmp_path / "models")})
+    error, end = json.JSONDecoder().raw_decode(proc.stdout)
+    outcome = json.loads(proc.stdout[end:])
+    assert error["error"]["code"] == code and outcome == {"rc": exit_code, "torch": False}, proc.stderr[-2000:]
+    assert not (tmp_path / "models").exists()

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_process, env, fileio,
-               host_load, log_gates, media, model_cache, report, run_claim, sequential, stats, validity, warm_campaign)
+               host_load, log_gates, model_cache, report, request_path, run_claim, sequential, stats, validity,
+               warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
@@ -332,47 +333,16 @@ class CampaignRunner:
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        gates: dict[str, Any] = {"contention": {"checked": self.foreign_check is not None}}
-        before = self.foreign_check() if self.foreign_check else []
-        host_before = host_load.sample()
         gate, facts = engine_args.log_gate(self.markers, invocation.argv, arm), engine_args.EngineRunFacts()
-        adapter_lines: list[str] = []
-
-        def on_line(line: str) -> str | None:
-            if sgl_cpu_adapter.TAG in line:
-                adapter_lines.append(line)
-            facts.feed(line)
-            return gate.feed(line)
-
-        cell["started_at"] = contract.utc_now()
-        cell["log_path"] = str(invocation.run_dir / "engine.log")
-        run = engine_process.run_engine(list(invocation.argv), self._child_env(invocation, prepared),
-                                        invocation.run_dir / "engine.log", on_line=on_line,
-                                        timeout_s=self.settings.cell_timeout_s,
-                                        echo=sys.stderr if self.settings.echo_engine else None,
-                                        cwd=invocation.run_dir)  # the engine records the git commit of its cwd
-        after = self.foreign_check() if self.foreign_check else []
-        host_after = host_load.sample()
-        verdict = gate.verdict()
-        adapter = sgl_cpu_adapter.summarize(adapter_lines)
+        adapter = request_path.run_cold(
+            cell, argv=invocation.argv, env=self._child_env(invocation, prepared), run_dir=invocation.run_dir,
+            gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
+            output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
+            echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.foreign_check,
+            observe=facts.feed)
+        cell["engine_run"] = facts.to_json()
         if adapter is not None:
             self.adapter = adapter
-        # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.
-        memory_kind = "process_rss" if adapter and adapter["memory_source"] == "process_rss" else "device"
-        outputs, others = media.split_outputs(invocation.output_dir, invocation.output_file_stem, self.preset.task)
-        judged = judge_request(verdict=verdict, returncode=run.returncode, stop_reason=run.stop_reason,
-                               perf_dump_path=invocation.perf_dump_path, output_paths=outputs,
-                               memory_kind=memory_kind)
-        gates.update(log=verdict.to_json(), stop={"reason": run.stop_reason, "line": run.stop_line,
-                                                   "after_s": run.stopped_after_s})
-        gates["contention"].update(before=before, after=after)
-        gates["host"] = host_load.gate(host_before, host_after)
-        status, reasons = with_contention(judged.status, judged.reasons, before, after)
-        cell.update(status=status, reasons=reasons, wall_s=round(run.wall_s, 3), returncode=run.returncode,
-                    perf=judged.perf, outputs=list(judged.outputs), gates=gates, engine_run=facts.to_json())
-        if others:  # listed for debugging, never taken as this task's output
-            cell["other_files"] = [str(p) for p in others]
-        validity.strip_numbers(cell)
 
     # -- reporting -----------------------------------------------------------------------------------------------
 

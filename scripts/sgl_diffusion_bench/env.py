@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,11 +125,19 @@ def _git_commit(root: Path | None) -> str | None:
     return out.stdout.strip() or None
 
 
-def torch_info() -> dict[str, Any]:
-    """torch's version, CUDA build and NCCL version; importing torch is needed for the last two."""
+def torch_info(import_torch: bool = True, gpus_seen: bool = False) -> dict[str, Any]:
+    """torch's version, CUDA build and NCCL version; importing torch is needed for the last two.
+
+    ``import_torch=False`` (a benchmark run's record, which must not pay seconds of torch import per campaign):
+    the CUDA build comes from torch/version.py read as text, CUDA availability from NVML (``gpus_seen``), NCCL stays
+    unknown."""
     info: dict[str, Any] = {"version": _dist_version("torch"), "cuda_build": None, "cuda_available": False,
                             "nccl": None}
     if info["version"] is None:
+        return info
+    if not import_torch:
+        info["cuda_build"] = _torch_cuda_build_from_source()
+        info["cuda_available"] = gpus_seen and info["cuda_build"] is not None
         return info
     try:
         import torch
@@ -147,6 +156,19 @@ def torch_info() -> dict[str, Any]:
 
 
 
+def _torch_cuda_build_from_source() -> str | None:
+    """``torch.version.cuda`` without importing torch: the generated torch/version.py holds it as a literal."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
 def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
     """Token presence (never the value) and cache locations with free disk."""
     env = os.environ if environ is None else environ
@@ -162,13 +184,13 @@ def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def inspect(*, with_gpus: bool = True, nvml=None) -> dict[str, Any]:
-    """The whole environment as one env.v1 document."""
+def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True) -> dict[str, Any]:
+    """The whole environment as one env.v1 document (``import_torch=False``: see torch_info)."""
     root, root_reason = repo_root()
     work, work_reason = work_root()
     location = sglang_location()
-    torch = torch_info()
     inventory = gpu.read_inventory(nvml) if with_gpus else gpu.Inventory((), None, "GPU scan skipped")
+    torch = torch_info(import_torch, gpus_seen=bool(inventory.gpus))
     writable = _writable(work)
     leased = {g.uuid: gpu.lease_holder(g.uuid) for g in inventory.gpus}
     doc = contract.envelope(

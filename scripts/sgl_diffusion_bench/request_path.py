@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from . import engine_process, fileio, log_gates, media, perf_dump
+from . import contract, engine_process, fileio, host_load, log_gates, media, perf_dump, validity
+from .cpu_adapter import sgl_cpu_adapter
 
 @dataclasses.dataclass(frozen=True)
 class RequestJudgement:
@@ -64,3 +65,79 @@ def with_contention(status: str, reasons: Sequence[str], before: Sequence[Mappin
         if status == "valid":
             status = "contended"
     return status, reasons
+
+
+@dataclasses.dataclass(frozen=True)
+class Boundary:
+    """What surrounded one request: foreign GPU processes and host load, sampled at its start and at its end."""
+
+    contention_checked: bool
+    gpu_before: Sequence[Mapping[str, Any]]
+    gpu_after: Sequence[Mapping[str, Any]]
+    host_before: Mapping[str, Any]
+    host_after: Mapping[str, Any]
+
+    @classmethod
+    def unchecked(cls) -> "Boundary":
+        return cls(False, [], [], {}, {})
+
+
+def finish_cell(cell: dict[str, Any], *, verdict: log_gates.GateVerdict, returncode: int | None,
+                stop_reason: str | None, stop_line: str | None, stopped_after_s: float | None, wall_s: float,
+                perf_dump_path: Path, output_dir: Path, output_stem: str, task: str | None, memory_kind: str,
+                boundary: Boundary, request_error: str | None = None) -> None:
+    """Judge one request (a cold cell's process, or one request of a warm engine) and write the verdict into its
+    bench-report.v1 cell: status, reasons, perf (valid cells only), outputs and every gate. ``request_error``: a
+    warm engine reported that the request raised (the engine itself serves on)."""
+    outputs, others = media.split_outputs(output_dir, output_stem, task)
+    judged = judge_request(verdict=verdict, returncode=returncode, stop_reason=stop_reason,
+                           perf_dump_path=perf_dump_path, output_paths=outputs, memory_kind=memory_kind)
+    if request_error:
+        judged = dataclasses.replace(judged, status="failed", reasons=(request_error, *judged.reasons), perf=None)
+    gates = {"contention": {"checked": boundary.contention_checked, "before": list(boundary.gpu_before),
+                            "after": list(boundary.gpu_after)},
+             "log": verdict.to_json(), "stop": {"reason": stop_reason, "line": stop_line, "after_s": stopped_after_s},
+             "host": host_load.gate(dict(boundary.host_before), dict(boundary.host_after))}
+    status, reasons = with_contention(judged.status, judged.reasons, boundary.gpu_before, boundary.gpu_after)
+    cell.update(status=status, reasons=reasons, wall_s=round(wall_s, 3), returncode=returncode, perf=judged.perf,
+                outputs=list(judged.outputs), gates=gates)
+    if others:  # listed for debugging, never taken as this task's output
+        cell["other_files"] = [str(p) for p in others]
+    validity.strip_numbers(cell)
+
+
+def run_cold(cell: dict[str, Any], *, argv: Sequence[str], env: dict[str, str], run_dir: Path,
+             gate: log_gates.RequestLogGate, perf_dump_path: Path, output_dir: Path, output_stem: str,
+             task: str | None, timeout_s: float | None, echo: TextIO | None = None,
+             foreign_check: Callable[[], list[dict[str, Any]]] | None = None,
+             observe: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """One `sglang generate` process, start to exit, judged into ``cell`` (campaign cells and profiled runs alike).
+
+    ``observe`` sees every line too (the engine's effective settings). Returns the CPU adapter's record of the run
+    (None when the adapter printed nothing)."""
+    before = foreign_check() if foreign_check else []
+    host_before = host_load.sample()
+    adapter_lines: list[str] = []
+
+    def on_line(line: str) -> str | None:
+        if sgl_cpu_adapter.TAG in line:
+            adapter_lines.append(line)
+        if observe is not None:
+            observe(line)
+        return gate.feed(line)
+
+    cell["started_at"] = contract.utc_now()
+    cell["log_path"] = str(run_dir / "engine.log")
+    run = engine_process.run_engine(list(argv), env, run_dir / "engine.log", on_line=on_line, timeout_s=timeout_s,
+                                    echo=echo, cwd=run_dir)  # the engine records the git commit of its cwd
+    boundary = Boundary(foreign_check is not None, before, foreign_check() if foreign_check else [], host_before,
+                        host_load.sample())
+    adapter = sgl_cpu_adapter.summarize(adapter_lines)
+    # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.
+    memory_kind = "process_rss" if adapter and adapter["memory_source"] == "process_rss" else "device"
+    finish_cell(cell, verdict=gate.verdict(), returncode=run.returncode, stop_reason=run.stop_reason,
+                stop_line=run.stop_line, stopped_after_s=run.stopped_after_s, wall_s=run.wall_s,
+                perf_dump_path=perf_dump_path, output_dir=output_dir, output_stem=output_stem, task=task,
+                memory_kind=memory_kind, boundary=boundary)
+    return adapter
+

@@ -17,9 +17,9 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from . import command_builder, contract, engine_args, host_load, request_path, validity, warm_engine
+from . import command_builder, contract, engine_args, host_load, request_path, warm_engine
 from .cpu_adapter import sgl_cpu_adapter
 
 # Options that change per request, never the engine: they are left out of the engine key.
@@ -174,13 +174,14 @@ class WarmCampaign:
         for n in range(1, self.settings.warmup_requests + 1) if not reasons else ():
             warm_dir = engine_dir / f"warmup{n}"
             args = with_request_paths(inv.argv[self.cli_len:], warm_dir / "warmup.perf.json", warm_dir, "warmup")
-            judged, segment, _ = self._serve(start, arm, f"{start.id}-warmup{n}", args, warm_dir / "warmup.perf.json",
-                                             warm_dir, "warmup", warm_dir / "engine.log")
+            judged: dict[str, Any] = {}  # judged like a measured request, never counted
+            segment = self._serve(start, arm, judged, f"{start.id}-warmup{n}", args, warm_dir / "warmup.perf.json",
+                                  warm_dir, "warmup", warm_dir / "engine.log")
             start.warmup_s += segment.wall_s
             start.warmup_requests += 1
-            if judged.status != "valid":
-                reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged.status}: "
-                               + "; ".join(judged.reasons[:2]))
+            if judged["status"] != "valid":
+                reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged['status']}: "
+                               + "; ".join(judged["reasons"][:2]))
                 break
         start.memory_bytes = self._footprint(start, gpu_before)
         if reasons:
@@ -276,8 +277,10 @@ class WarmCampaign:
 
     # -- requests ------------------------------------------------------------------------------------------------
 
-    def _serve(self, start: EngineStart, arm, request_id: str, args: list[str], perf_dump: Path, output_dir: Path,
-               stem: str, log_path: Path):
+    def _serve(self, start: EngineStart, arm, cell: dict[str, Any], request_id: str, args: list[str],
+               perf_dump: Path, output_dir: Path, stem: str, log_path: Path,
+               boundary: Callable[[], request_path.Boundary] | None = None) -> warm_engine.Segment:
+        """One request on a warm engine, judged into ``cell`` by the same code as a cold cell."""
         runner = self.runner
         gate = engine_args.log_gate(runner.markers, args, arm, prior_captures=start.captures, require_native=False)
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -286,27 +289,41 @@ class WarmCampaign:
             self._note_adapter(start, line)
             return gate.feed(line)
 
+        before = boundary() if boundary else None
         segment = start.engine.serve(request_id, args, on_line, self.settings.cell_timeout_s)
+        after = boundary() if boundary else None
         log_path.write_text("".join(line + "\n" for line in segment.lines), encoding="utf-8")
         verdict = gate.verdict()
-        recaptures = verdict.bcg.captured_graphs - start.captures
+        cell["recaptures"] = verdict.bcg.captured_graphs - start.captures
         start.captures = verdict.bcg.captured_graphs
-        returncode = None
-        if segment.status == "exited" and start.engine.process is not None:
-            returncode = start.engine.process.poll()
-        judged = request_path.judge_request(
-            verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason, perf_dump_path=perf_dump,
-            output_paths=request_path.find_outputs(output_dir, stem, runner.preset.task), memory_kind=start.memory_kind)
-        if segment.status in ("error", "exited") and not segment.stop_reason:
-            judged = dataclasses.replace(judged, status="failed", reasons=(
-                _segment_reason(segment, "during this request"), *judged.reasons))
+        returncode = start.engine.process.poll() if segment.status == "exited" and start.engine.process else None
+        edges = (request_path.Boundary(before.contention_checked, before.gpu_before, after.gpu_before,
+                                       before.host_before, after.host_before)
+                 if before and after else request_path.Boundary.unchecked())
+        error = _segment_reason(segment, "during this request") \
+            if segment.status in ("error", "exited") and not segment.stop_reason else None
+        request_path.finish_cell(cell, verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason,
+                                 stop_line=segment.stop_line, stopped_after_s=segment.stopped_after_s,
+                                 wall_s=segment.wall_s, perf_dump_path=perf_dump, output_dir=output_dir,
+                                 output_stem=stem, task=runner.preset.task, memory_kind=start.memory_kind,
+                                 boundary=edges, request_error=error)
         if segment.status in ("stopped", "timeout", "exited"):
             start.status = "failed"
             start.reasons.append(_segment_reason(segment, f"during request {request_id}"))
             self.failed[start.key_index] = start
             self._close(start)
-        extra = {"log": verdict, "segment": segment, "recaptures": recaptures}
-        return judged, segment, extra
+        return segment
+
+    def _boundary_sampler(self) -> Callable[[], request_path.Boundary]:
+        """Foreign GPU processes and host load now, our resident engines excluded (half a Boundary: ``*_before``)."""
+        runner = self.runner
+        alive = [s.engine for s in self.starts if s.engine is not None and s.engine.alive]
+        own = self.own_gpu_pids.union(*(engine.pids() for engine in alive))
+
+        def sample() -> request_path.Boundary:
+            return request_path.Boundary(runner.foreign_check is not None, runner.foreign_now(own), [],
+                                         host_load.sample(exclude=own), {})
+        return sample
 
     def run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation, index: int) -> None:
         runner = self.runner
@@ -326,30 +343,14 @@ class WarmCampaign:
             return
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        own = self.own_gpu_pids.union(*(s.engine.pids() for s in self.starts if s.engine is not None and s.engine.alive))
-        before = runner.foreign_now(own)
-        host_before = host_load.sample(exclude=own)  # the resident engine is ours, not contention
-        judged, segment, extra = self._serve(start, arm, invocation.run_id, list(invocation.argv[self.cli_len:]),
-                                             invocation.perf_dump_path, invocation.output_dir,
-                                             invocation.output_file_stem, Path(cell["log_path"]))
-        after = runner.foreign_now(own)
-        host_after = host_load.sample(exclude=own)
+        segment = self._serve(start, arm, cell, invocation.run_id, list(invocation.argv[self.cli_len:]),
+                              invocation.perf_dump_path, invocation.output_dir, invocation.output_file_stem,
+                              Path(cell["log_path"]), boundary=self._boundary_sampler())
+        cell["engine"]["recaptures"] = cell.pop("recaptures")
         if first:
             start.first_measured_cell = cell["index"]
         start.measured_s += segment.wall_s
         start.measured_requests += 1
-        verdict = extra["log"]
-        cell["engine"]["recaptures"] = extra["recaptures"]
-        gates: dict[str, Any] = {"contention": {"checked": runner.foreign_check is not None, "before": before,
-                                                "after": after},
-                                 "log": verdict.to_json(),
-                                 "stop": {"reason": segment.stop_reason, "line": segment.stop_line,
-                                          "after_s": segment.stopped_after_s},
-                                 "host": host_load.gate(host_before, host_after)}
-        status, reasons = request_path.with_contention(judged.status, judged.reasons, before, after)
-        cell.update(status=status, reasons=reasons, wall_s=round(segment.wall_s, 3), returncode=None,
-                    perf=judged.perf, outputs=list(judged.outputs), gates=gates)
-        validity.strip_numbers(cell)
 
     # -- reporting -----------------------------------------------------------------------------------------------
 

@@ -304,7 +304,7 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 
 
 def _environment() -> dict[str, Any]:
-    doc = env.inspect()
+    doc = env.inspect(import_torch=False)  # a campaign record must not cost seconds of torch import
     return {k: v for k, v in doc.items() if k not in ("schema", "ok", "tool", "created_at")}
 
 
@@ -332,18 +332,22 @@ def render_report_text(doc: dict[str, Any]) -> str:
 
 def _run(args: argparse.Namespace) -> _runner.Result:
     caps = engine_capabilities(args)
-    inventory = gpu.read_inventory()
-    environment = _environment()
     runners = []
-    for preset in selected_presets(args):  # every command first: a refusal precedes any engine request (not the probe)
+    # Every command first: a refusal comes before anything heavy (torch, NVML, a model build) and before any run.
+    for preset in selected_presets(args):
         model_access.require(preset, os.environ, access_hubs(args))  # a gated model nobody can fetch: exit 3 now
+        runner = new_runner(preset, args, caps, build_model=False)
+        runner.check_fresh()
+        runners.append((preset, runner))
+    inventory = gpu.read_inventory()
+    for preset, _ in runners:
         if preset.num_gpus > 0 and not inventory.gpus:
             raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
                                              f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")
-        runner = new_runner(preset, args, caps, build_model=True, environment=environment,
-                            use_cpu_adapter=not inventory.gpus)
-        runner.check_fresh()
-        runners.append((preset, runner))
+    environment = _environment()
+    for preset, runner in runners:
+        presets.model_location(preset, args.model_path, build=True)  # a local model is built once, on first use
+        runner.environment, runner.use_cpu_adapter = environment, not inventory.gpus
     docs = []
     for preset, runner in runners:
         try:

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import assets, bench_runner, command_builder, contract, engine_process, env, fileio, gpu, log_gates, presets, selftest
+from .. import (assets, bench_runner, command_builder, contract, engine_process, env, fileio, gpu, log_gates, presets,
+               request_path, selftest)
 from . import _runner
 from ..tiny_model import local_model_path
 from .bench import engine_capabilities
@@ -116,29 +117,31 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         child = engine_process.cpu_adapter_env(child, bench_runner.adapter_switches_off(os.environ))
     gate = log_gates.RequestLogGate(log_gates.markers_for_version(caps.version), bcg_expected=args.breakable_cuda_graph,
                                     quality=args.quality, require_native=True, profiling=True)
-    log_path = invocation.run_dir / "engine.log"
-    echo = sys.stderr if args.echo_engine else None
     print(f"[profile] {preset.name}: running with the engine's profiler; traces go to {trace_dir}", file=sys.stderr)
+    request: dict[str, Any] = {}  # judged by the campaigns' own request path, then held to the trace rule too
+
+    def run(foreign_check=None) -> None:
+        request_path.run_cold(request, argv=invocation.argv, env=child, run_dir=invocation.run_dir, gate=gate,
+                              perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
+                              output_stem=invocation.output_file_stem, task=preset.task, timeout_s=args.timeout_s,
+                              echo=sys.stderr if args.echo_engine else None, foreign_check=foreign_check)
+
     if preset.num_gpus > 0:
-        with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}:profile", inventory) as (visible, _):
+        with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}:profile", inventory) as (visible,
+                                                                                                       uuids):
             child["CUDA_VISIBLE_DEVICES"] = visible
-            run = engine_process.run_engine(list(invocation.argv), child, log_path, on_line=gate.feed,
-                                            timeout_s=args.timeout_s, echo=echo, cwd=invocation.run_dir)
+            run(lambda: gpu.foreign_processes(uuids, own_pids=set()))
     else:
-        run = engine_process.run_engine(list(invocation.argv), child, log_path, on_line=gate.feed,
-                                        timeout_s=args.timeout_s, echo=echo, cwd=invocation.run_dir)
-    verdict = gate.verdict()
+        run()
+    log_path = Path(request["log_path"])
+    verdict = request["gates"]["log"]
     traces = find_traces(trace_dir)
-    reasons = [f"{r.code}: {r.message}" for r in verdict.reasons]
-    if run.stop_reason:
-        reasons.insert(0, f"{run.stop_reason}: engine stopped")
-    if run.returncode not in (0, None):
-        reasons.append(f"engine.exit_code: exited {run.returncode}")
+    reasons = list(request["reasons"])
     if not traces:
         reasons.append(f"artifacts.no_trace: no *.trace.json[.gz] under {trace_dir}")
     status = "valid" if not reasons else "invalid"
     doc = contract.envelope("profile-run.v1", TOOL, ok=status == "valid", status=status, traces=traces,
-                            log_path=str(log_path), gate=verdict.to_json(), reasons=reasons, **base)
+                            log_path=str(log_path), gate=verdict, reasons=reasons, **base)
     text = "\n".join([f"{status}: {len(traces)} trace(s)", *(t["path"] for t in traces), *reasons,
                       "next: python3 scripts/analyze_trace.py hotspots <trace> --json"])
     return _runner.Result(doc, text)
