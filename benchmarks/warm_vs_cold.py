@@ -81,6 +81,17 @@ def campaign(args: argparse.Namespace, root: Path) -> int:
     return 0 if identical else 1
 
 
+def direct_cell(run: dict, out: Path, direct_dir: Path) -> float:
+    """The same `sglang generate` argv and environment as our cell, without our runner."""
+    argv = [t.replace(str(out), str(direct_dir)) for t in run["argv"]]
+    run_dir = Path(run["artifacts"]["run_dir"].replace(str(out), str(direct_dir)))
+    run_dir.mkdir(parents=True)
+    env = engine_process.cpu_adapter_env({**os.environ, **run["env_set"]})
+    began = time.monotonic()
+    subprocess.run(argv, env=env, capture_output=True, check=True, cwd=run_dir)
+    return time.monotonic() - began
+
+
 def overhead(args: argparse.Namespace, root: Path) -> int:
     diffs, direct_walls = [], []
     for pair in range(args.pairs):
@@ -88,25 +99,12 @@ def overhead(args: argparse.Namespace, root: Path) -> int:
         out = root / label
         plan, _ = bench("--label", label, "--output-dir", str(out), "--dry-run")
         run = plan["runs"][0]
-        direct_dir = root / f"direct{pair}"
-
-        def ours() -> float:
-            return bench("--label", label, "--output-dir", str(out))[1]
-
-        def direct() -> float:
-            argv = [t.replace(str(out), str(direct_dir)) for t in run["argv"]]
-            Path(run["artifacts"]["run_dir"].replace(str(out), str(direct_dir))).mkdir(parents=True)
-            env = {**os.environ, **run["env_set"]}
-            env = engine_process.cpu_adapter_env(env)
-            began = time.monotonic()
-            subprocess.run(argv, env=env, capture_output=True, check=True,
-                           cwd=run["artifacts"]["run_dir"].replace(str(out), str(direct_dir)))
-            return time.monotonic() - began
-
-        if pair % 2:
-            d, o = direct(), ours()
+        if pair % 2:  # alternate which goes first: drift over the pair hits both sides
+            d = direct_cell(run, out, root / f"direct{pair}")
+            o = bench("--label", label, "--output-dir", str(out))[1]
         else:
-            o, d = ours(), direct()
+            o = bench("--label", label, "--output-dir", str(out))[1]
+            d = direct_cell(run, out, root / f"direct{pair}")
         diffs.append(o - d)
         direct_walls.append(d)
         print(f"pair {pair + 1}: ours {o:.2f} s, direct {d:.2f} s, overhead {o - d:+.2f} s", flush=True)

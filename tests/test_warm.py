@@ -190,3 +190,33 @@ def test_a_refused_run_imports_no_torch_and_builds_nothing(args, exit_code, code
     outcome = json.loads(proc.stdout[end:])
     assert error["error"]["code"] == code and outcome == {"rc": exit_code, "torch": False}, proc.stderr[-2000:]
     assert not (tmp_path / "models").exists()
+
+
+def test_the_replay_script_changes_one_thing_at_a_time_and_ends_uncaptured():
+    from sgl_diffusion_bench import bcg_replay, presets
+
+    preset = presets.get_preset("tiny-flux-cpu")
+    steps = bcg_replay.script(preset)
+    first, prompt, seed, repeat, other = steps
+    assert (prompt.prompt != first.prompt, prompt.seed) == (True, first.seed)
+    assert (seed.seed, seed.prompt) == (first.seed + 1, first.prompt)
+    assert (repeat.prompt, repeat.seed, repeat.width) == (first.prompt, first.seed, first.width)
+    assert not other.captured_shape and (other.width, other.height) != (first.width, first.height)
+    assert other.width % 16 == 0 and all(s.captured_shape for s in steps[:4])
+    args = bcg_replay.request_args(["--prompt=x", "--seed=1", "--width=64", "--output-path", "/o"], other, Path("/r"))
+    assert f"--width={other.width}" in args and "--output-path=/r" in args and "/o" not in args
+
+
+@pytest.mark.engine
+def test_the_replay_sequence_on_the_real_engine_without_bcg(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--bcg-replay", "--replay-without-bcg", "--model", "tiny-flux-cpu",
+                     "--label", "replay", "--output-dir", str(tmp_path), "--json", timeout=1800)
+    doc = run.document
+    assert run.returncode == 0 and doc["ok"] and doc["bcg"] is False, (doc.get("problems"), run.stderr[-2000:])
+    assert [p["identical"] for p in doc["pairs"]] == [True] * 5
+    hashes = [p["eager_sha256"] for p in doc["pairs"]]
+    assert hashes[0] == hashes[3] and len({hashes[0], hashes[1], hashes[2], hashes[4]}) == 4  # repeat equal, rest new
+    for engine in doc["engines"].values():
+        assert engine["captured_at_warmup"] == 0
+        assert all(r["status"] == "ok" and r["recaptures"] == 0 and not r["fell_back"]
+                   for r in engine["requests"].values())

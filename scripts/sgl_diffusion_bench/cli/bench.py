@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, env, gpu, model_access,
-               model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
+from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, engine_process, env, gpu,
+               model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
                warm_campaign)
 from . import _runner
 
@@ -98,6 +99,9 @@ def build_parser() -> _runner.Parser:
     modes.add_argument("--validate-nightly-alignment", action="store_true",
                        help="compare nightly presets with the CI comparison config (nightly-check.v1)")
     modes.add_argument("--probe-engine", action="store_true", help="what the installed engine accepts (engine.v1)")
+    modes.add_argument("--bcg-replay", action="store_true",
+                       help="BCG replay correctness: warm eager and BCG engines serve one scripted sequence; captures, "
+                            "recaptures, fallbacks and eager/BCG byte identity per request (bcg-replay.v1)")
     modes.add_argument("--fetch-assets", action="store_true",
                        help="download and verify input images into the assets dir (assets-fetch.v1)")
     filters = parser.add_argument_group("catalog filters (--list-models, --all)")
@@ -107,6 +111,9 @@ def build_parser() -> _runner.Parser:
     parser.add_argument("--nightly-config", help="comparison_configs.json (default: in the sglang checkout)")
     parser.add_argument("--refresh-probe", action="store_true", help="ignore the cached engine probe")
     parser.add_argument("--assets-base-url", help="fetch every asset by file name from this mirror URL instead")
+    parser.add_argument("--replay-without-bcg", action="store_true",
+                        help="--bcg-replay with both engines eager: the sequence itself, on an engine without CUDA "
+                             "graphs (CPU)")
     add_run_options(parser)
     return parser
 
@@ -370,6 +377,43 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     return _runner.Result(suite, "\n\n".join(render_report_text(d) for d in docs))
 
 
+def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
+    from .. import bcg_replay
+
+    caps = engine_capabilities(args)
+    preset = presets.get_preset(args.model or DEFAULT_PRESET)
+    model_path = local_model_path(preset.local_model, build=False) if preset.local_model else None
+    output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks")
+    runner_cli = [*engine_process.sglang_cli(), "generate"]
+
+    def replay(visible: str | None, cpu: bool) -> dict[str, Any]:
+        return bcg_replay.Replay(
+            preset, caps, label=args.label, output_root=output_root, cli_prefix=runner_cli, python=sys.executable,
+            caller_env=dict(os.environ), model_path=str(model_path) if model_path else None,
+            bcg=not args.replay_without_bcg, timeout_s=args.cell_timeout_s, use_cpu_adapter=cpu,
+            cuda_visible_devices=visible, echo=sys.stderr if args.echo_engine else None)
+
+    replay(None, False)  # builds both commands: a flag the engine lacks is refused here, before anything runs
+    if preset.local_model:
+        local_model_path(preset.local_model, build=True)
+    inventory = gpu.read_inventory()
+    if preset.num_gpus > 0:
+        if not inventory.gpus:
+            raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
+                                             f"{inventory.reason}", "run it on a GPU machine")
+        with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}:replay", inventory) as (visible, _):
+            doc = replay(visible, False).run()
+    else:
+        doc = replay(None, not inventory.gpus).run()
+    lines = [f"BCG replay {'OK' if doc['ok'] else 'NOT OK'} ({preset.name}, bcg={doc['bcg']})"]
+    for pair in doc["pairs"]:
+        row = doc["engines"]["bcg"]["requests"][pair["id"]]
+        lines.append(f"  {pair['id']} {pair['what']}: identical={pair['identical']} recaptures={row['recaptures']} "
+                     f"fell_back={row['fell_back']}")
+    lines += [f"  problem: {p}" for p in doc["problems"]]
+    return _runner.Result(doc, "\n".join(lines))
+
+
 def handle(args: argparse.Namespace) -> _runner.Result:
     validate_run_args(args)
     if args.list_models:
@@ -380,6 +424,8 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         return _probe(args)
     if args.fetch_assets:
         return _fetch(args)
+    if args.bcg_replay:
+        return _bcg_replay(args)
     if args.model and args.all:
         raise contract.UsageError("usage.model_and_all", "--model and --all cannot be combined", "pick one")
     if not args.dry_run:
