@@ -13,12 +13,13 @@ per rank where the log names ranks, and whether every eager/BCG pair of outputs 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import bench_runner, command_builder, contract, engine_process, fileio, log_gates, warm_campaign, warm_engine
+from . import bench_runner, command_builder, contract, engine_process, fileio, gpu, log_gates, warm_campaign, warm_engine
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -188,3 +189,37 @@ class Replay:
         finally:
             engine.close()
         return served
+
+
+def run_command(preset: Preset, engine: EngineCapabilities, *, label: str, bcg: bool, output_root: Path,
+                model_path: str | None, timeout_s: float, build_local_model, echo: bool) -> dict[str, Any]:
+    """--bcg-replay: both commands built first (a flag the engine lacks is refused before anything runs), then the
+    model built if local, GPUs leased, and the replay run."""
+    cli = [*engine_process.sglang_cli(), "generate"]
+
+    def replay(visible: str | None, cpu: bool) -> Replay:
+        return Replay(preset, engine, label=label, output_root=output_root, cli_prefix=cli, python=sys.executable,
+                      caller_env=dict(os.environ), model_path=model_path, bcg=bcg, timeout_s=timeout_s,
+                      use_cpu_adapter=cpu, cuda_visible_devices=visible, echo=sys.stderr if echo else None)
+
+    replay(None, False)
+    if preset.local_model:
+        build_local_model()
+    inventory = gpu.read_inventory()
+    if preset.num_gpus == 0:
+        return replay(None, not inventory.gpus).run()
+    if not inventory.gpus:
+        raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
+                                         f"{inventory.reason}", "run it on a GPU machine")
+    with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{label}:replay", inventory) as (visible, _):
+        return replay(visible, False).run()
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    lines = [f"BCG replay {'OK' if doc['ok'] else 'NOT OK'} ({doc['preset']}, bcg={doc['bcg']})"]
+    for pair in doc["pairs"]:
+        row = doc["engines"]["bcg"]["requests"][pair["id"]]
+        lines.append(f"  {pair['id']} {pair['what']}: identical={pair['identical']} recaptures={row['recaptures']} "
+                     f"fell_back={row['fell_back']}")
+    return "\n".join([*lines, *(f"  problem: {p}" for p in doc["problems"])])
+

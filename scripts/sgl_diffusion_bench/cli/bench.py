@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, command_builder, contract, engine_probe, engine_process, env, gpu,
+from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_probe, env, gpu,
                model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
                warm_campaign)
 from . import _runner
@@ -310,11 +309,6 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
     return _runner.Result(doc, text, exit_code=1 if failed else 0)
 
 
-def _environment() -> dict[str, Any]:
-    doc = env.inspect(import_torch=False)  # a campaign record must not cost seconds of torch import
-    return {k: v for k, v in doc.items() if k not in ("schema", "ok", "tool", "created_at")}
-
-
 def render_report_text(doc: dict[str, Any]) -> str:
     lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
              f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
@@ -346,29 +340,12 @@ def _run(args: argparse.Namespace) -> _runner.Result:
         runner = new_runner(preset, args, caps, build_model=False)
         runner.check_fresh()
         runners.append((preset, runner))
-    inventory = gpu.read_inventory()
-    for preset, _ in runners:
-        if preset.num_gpus > 0 and not inventory.gpus:
-            raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
-                                             f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")
-    environment = _environment()
-    for preset, runner in runners:
-        presets.model_location(preset, args.model_path, build=True)  # a local model is built once, on first use
-        runner.environment, runner.use_cpu_adapter = environment, not inventory.gpus
-    docs = []
-    for preset, runner in runners:
-        try:
-            if preset.num_gpus > 0:
-                with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}", inventory) as (visible, uuids):
-                    runner.cuda_visible_devices, runner.leased_gpu_uuids = visible, uuids
-                    runner.foreign_check = lambda u=uuids: gpu.foreign_processes(u, own_pids=set())
-                    docs.append(runner.run())
-            else:
-                docs.append(runner.run())
-        except KeyboardInterrupt:
-            doc = runner.last_document or runner.write_report()
-            return _runner.Result(doc, render_report_text(doc) + "\ninterrupted: the partial report above is valid",
-                                  exit_code=int(contract.ExitCode.INTERRUPTED))
+    outcome = campaign_session.run(runners, args.label,
+                                   lambda preset: presets.model_location(preset, args.model_path, build=True))
+    docs = outcome.documents
+    if outcome.interrupted:
+        return _runner.Result(docs[-1], render_report_text(docs[-1]) + "\ninterrupted: the partial report above is "
+                              "valid", exit_code=int(contract.ExitCode.INTERRUPTED))
     if len(docs) == 1:
         return _runner.Result(docs[0], render_report_text(docs[0]))
     suite = contract.envelope("bench-suite.v1", TOOL, ok=all(d["ok"] for d in docs), reports=[
@@ -380,38 +357,14 @@ def _run(args: argparse.Namespace) -> _runner.Result:
 def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
     from .. import bcg_replay
 
-    caps = engine_capabilities(args)
     preset = presets.get_preset(args.model or DEFAULT_PRESET)
-    model_path = local_model_path(preset.local_model, build=False) if preset.local_model else None
-    output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks")
-    runner_cli = [*engine_process.sglang_cli(), "generate"]
-
-    def replay(visible: str | None, cpu: bool) -> dict[str, Any]:
-        return bcg_replay.Replay(
-            preset, caps, label=args.label, output_root=output_root, cli_prefix=runner_cli, python=sys.executable,
-            caller_env=dict(os.environ), model_path=str(model_path) if model_path else None,
-            bcg=not args.replay_without_bcg, timeout_s=args.cell_timeout_s, use_cpu_adapter=cpu,
-            cuda_visible_devices=visible, echo=sys.stderr if args.echo_engine else None)
-
-    replay(None, False)  # builds both commands: a flag the engine lacks is refused here, before anything runs
-    if preset.local_model:
-        local_model_path(preset.local_model, build=True)
-    inventory = gpu.read_inventory()
-    if preset.num_gpus > 0:
-        if not inventory.gpus:
-            raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
-                                             f"{inventory.reason}", "run it on a GPU machine")
-        with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{args.label}:replay", inventory) as (visible, _):
-            doc = replay(visible, False).run()
-    else:
-        doc = replay(None, not inventory.gpus).run()
-    lines = [f"BCG replay {'OK' if doc['ok'] else 'NOT OK'} ({preset.name}, bcg={doc['bcg']})"]
-    for pair in doc["pairs"]:
-        row = doc["engines"]["bcg"]["requests"][pair["id"]]
-        lines.append(f"  {pair['id']} {pair['what']}: identical={pair['identical']} recaptures={row['recaptures']} "
-                     f"fell_back={row['fell_back']}")
-    lines += [f"  problem: {p}" for p in doc["problems"]]
-    return _runner.Result(doc, "\n".join(lines))
+    model_path, _ = presets.model_location(preset, args.model_path, build=False)
+    doc = bcg_replay.run_command(
+        preset, engine_capabilities(args), label=args.label, bcg=not args.replay_without_bcg,
+        output_root=Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks"),
+        model_path=model_path, timeout_s=args.cell_timeout_s,
+        build_local_model=lambda: presets.model_location(preset, args.model_path, build=True), echo=args.echo_engine)
+    return _runner.Result(doc, bcg_replay.render_text(doc))
 
 
 def handle(args: argparse.Namespace) -> _runner.Result:

@@ -1,0 +1,53 @@
+"""Run built campaigns: check the machine, record the environment, build local models, lease GPUs, and keep a valid
+partial report on Ctrl-C. The CLI builds the runners (every refusal happens there, before anything heavy), calls
+``run`` and renders what comes back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+from . import bench_runner, contract, env, gpu
+from .presets import Preset
+
+
+@dataclasses.dataclass
+class Outcome:
+    documents: list[dict[str, Any]]
+    interrupted: bool = False  # the last document is the partial report of the campaign Ctrl-C stopped
+
+
+def environment_record() -> dict[str, Any]:
+    """The report's environment block, without importing torch (seconds a campaign record must not cost)."""
+    doc = env.inspect(import_torch=False)
+    return {k: v for k, v in doc.items() if k not in ("schema", "ok", "tool", "created_at")}
+
+
+def run(runners: Sequence[tuple[Preset, bench_runner.CampaignRunner]], label: str,
+        build_model: Callable[[Preset], Any]) -> Outcome:
+    """Each campaign in turn, GPUs leased for its duration; stops at Ctrl-C with that campaign's partial report."""
+    inventory = gpu.read_inventory()
+    for preset, _ in runners:
+        if preset.num_gpus > 0 and not inventory.gpus:
+            raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
+                                             f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")
+    environment = environment_record()
+    for preset, runner in runners:
+        build_model(preset)  # a local model is built once, on first use
+        runner.environment, runner.use_cpu_adapter = environment, not inventory.gpus
+    outcome = Outcome([])
+    for preset, runner in runners:
+        try:
+            if preset.num_gpus > 0:
+                with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{label}", inventory) as (visible, uuids):
+                    runner.cuda_visible_devices, runner.leased_gpu_uuids = visible, uuids
+                    runner.foreign_check = lambda u=uuids: gpu.foreign_processes(u, own_pids=set())
+                    outcome.documents.append(runner.run())
+            else:
+                outcome.documents.append(runner.run())
+        except KeyboardInterrupt:
+            outcome.documents.append(runner.last_document or runner.write_report())
+            outcome.interrupted = True
+            break
+    return outcome
