@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 from conftest import TEST_FIXTURES, run_script
+from sgl_diffusion_bench import perf_compare
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
 H200 = "sglang-0.5.10-h200"
@@ -74,3 +77,38 @@ def test_usage_errors():
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.conflicting_inputs"
     run = run_script("compare_perf", "--baseline", EAGER[0], "--json")
     assert run.document["error"]["code"] == "usage.missing_group"
+
+
+def test_round_structure_comes_from_file_names_and_outliers_are_named_by_file():
+    seed = TEST_FIXTURES / "seed-pr-38591"
+    base = sorted(str(p) for p in seed.glob("r*-a*-eager.json"))
+    cand = sorted(str(p) for p in seed.glob("r*-b*-bcg.json"))
+    payload = perf_compare.compare_groups(base, cand, "device", primary_metric="denoise_ms")
+    stats_ = payload["comparisons"][0]["statistics"]
+    assert [r["round"] for r in stats_["rounds"]] == [1, 2]  # r1-/r2- in the names: a stratified, per-round test
+    assert stats_["verdict"] == "improved" and "every round is faster" in stats_["metrics"]["denoise_ms"]["reason"]
+    markdown = perf_compare.render_markdown(payload)
+    assert "Outlier `" + str(seed / "r2-b1-bcg.json") + "` (round 2)" in markdown  # by file, not by index
+
+
+def test_no_rounds_never_claims_every_round(tmp_path):
+    seed = TEST_FIXTURES / "seed-pr-38591"
+    renamed = []
+    tmp = tmp_path
+    for p in sorted(seed.glob("r*.json")):
+        renamed.append(shutil.copy(p, tmp / p.name.replace("r1-", "one-").replace("r2-", "two-")))
+    base = [str(p) for p in renamed if "eager" in str(p)]
+    cand = [str(p) for p in renamed if "bcg" in str(p)]
+    stats_ = perf_compare.compare_groups(base, cand, "device", primary_metric="denoise_ms")["comparisons"][0][
+        "statistics"]
+    assert stats_["rounds"] == [] and "every round" not in stats_["metrics"]["denoise_ms"]["reason"]
+    assert "no rounds" in stats_["metrics"]["denoise_ms"]["reason"]
+
+
+def test_one_change_gets_one_mark_in_every_table():
+    seed = TEST_FIXTURES / "seed-pr-38591"
+    cmp = perf_compare.compare_files([str(seed / "r1-a1-eager.json"), str(seed / "r1-b1-bcg.json")],
+                                     "device")["comparisons"][0]
+    denoise_stage = next(r for r in cmp["stages"] if r["name"] == "DenoisingStage")
+    assert cmp["denoise_ms"]["status"] == denoise_stage["status"] == "faster"  # -5 %: the same word in both tables
+    assert set(perf_compare.MARKS.values()) == {"faster", "slower", "same", ""}

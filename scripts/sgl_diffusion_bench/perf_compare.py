@@ -3,6 +3,7 @@ candidate group with the campaign statistics (stats.py). Produces the ``compare.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -15,15 +16,41 @@ STAGE_MARK_FRACTION = 0.10
 STAGE_MARK_MS = 120.0
 
 
+# Round structure in file names: the runner's "<stem>_r01p02" (round 1, position 2) and "r1-a1-eager" styles.
+ROUND_NAME = re.compile(r"(?:^|[_\-.])r(\d+)(?:p(\d+)|[_\-.]([ab]\d))", re.IGNORECASE)
+
+
+def round_of(path: str | Path) -> tuple[int | None, str | None]:
+    """(round, position) named in a dump's file name, or (None, None)."""
+    match = ROUND_NAME.search(Path(path).name)
+    if not match:
+        return None, None
+    return int(match.group(1)), (match.group(3).upper() if match.group(3) else f"p{int(match.group(2))}")
+
+
 def load_group(paths: Sequence[str | Path], arm: str, memory_kind: str, start_index: int = 0
                ) -> list[dict[str, Any]]:
-    """Dumps as bench-report-shaped cells (no rounds), so the campaign statistics apply unchanged."""
+    """Dumps as bench-report-shaped cells, so the campaign statistics apply unchanged; rounds come from the file
+    names (see ROUND_NAME) when every dump names one, else there are none."""
     cells = []
     for offset, path in enumerate(paths):
         perf = perf_dump.load_perf_dump(path, memory_kind)
-        cells.append({"index": start_index + offset, "arm": arm, "round": None, "position": None, "status": "valid",
-                      "path": str(path), "perf": perf.to_json()})
+        rnd, position = round_of(path)
+        cells.append({"index": start_index + offset, "arm": arm, "round": rnd, "position": position,
+                      "status": "valid", "path": str(path), "perf": perf.to_json()})
     return cells
+
+
+def _rounds_all_or_none(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rounds count only when every dump names one (a partial naming would silently drop dumps from rounds)."""
+    if all(c["round"] is not None for c in cells):
+        return cells
+    return [dict(c, round=None, position=None) for c in cells]
+
+
+def _kind_of_stage(name: str) -> str:
+    """Denoise stages are marked like the Denoise total they sum to, so one change gets one mark in every table."""
+    return "e2e" if perf_dump.is_denoise_stage(name) else "stage"
 
 
 def _row(baseline: float | None, candidate: float | None, kind: str) -> dict[str, Any]:
@@ -55,7 +82,7 @@ def compare_cells(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
         "e2e_ms": _row(mean(b, "e2e_ms"), mean(c, "e2e_ms"), "e2e"),
         "denoise_ms": _row(mean(b, "denoise_ms"), mean(c, "denoise_ms"), "e2e"),
         "stages": [{"name": n, **_row(b["stages"].get(n, {}).get("mean"), c["stages"].get(n, {}).get("mean"),
-                                      "stage")} for n in stage_names],
+                                      _kind_of_stage(n))} for n in stage_names],
         "step0_ms": _row(mean(b, "step0_ms"), mean(c, "step0_ms"), "stage"),
         "steady_step_mean_ms": _row(mean(b, "steady_step_mean_ms"), mean(c, "steady_step_mean_ms"), "stage"),
         "peak_memory_mb": _row(b["peak_memory_mb"]["max"], c["peak_memory_mb"]["max"], "memory"),
@@ -66,7 +93,7 @@ def compare_cells(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
 
 def compare_files(paths: Sequence[str | Path], memory_kind: str, **options: Any) -> dict[str, Any]:
     """compare_perf.py's mode: the first file is the baseline, every other file is compared with it."""
-    cells = [dict(cell, arm="baseline" if i == 0 else f"file{i}")
+    cells = [dict(cell, arm="baseline" if i == 0 else f"file{i}", round=None, position=None)  # one dump a side
              for i, cell in enumerate(load_group(paths, "", memory_kind))]
     comparisons = [compare_cells([cells[0], cell], "baseline", cell["arm"], **options) for cell in cells[1:]]
     return _payload("files", cells, comparisons, memory_kind, options)
@@ -74,8 +101,8 @@ def compare_files(paths: Sequence[str | Path], memory_kind: str, **options: Any)
 
 def compare_groups(baseline: Sequence[str | Path], candidate: Sequence[str | Path], memory_kind: str,
                    **options: Any) -> dict[str, Any]:
-    cells = load_group(baseline, "baseline", memory_kind) + \
-        load_group(candidate, "candidate", memory_kind, start_index=len(baseline))
+    cells = _rounds_all_or_none(load_group(baseline, "baseline", memory_kind) +
+                                load_group(candidate, "candidate", memory_kind, start_index=len(baseline)))
     return _payload("groups", cells, [compare_cells(cells, "baseline", "candidate", **options)], memory_kind,
                     options)
 
@@ -97,7 +124,11 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.3f}%"
 
 
-MARKS = {"faster": "faster", "slower": "SLOWER", "same": "~", None: ""}
+MARKS = {"faster": "faster", "slower": "slower", "same": "same", None: ""}  # one vocabulary, every table
+MARK_LEGEND = ("Marks (every table, one rule per kind): E2E, Denoise and the denoise stages move when they change by "
+               f"more than {E2E_MARK_PCT:g} %; other stages and steps when by more than both "
+               f"{STAGE_MARK_FRACTION * 100:g} % and {STAGE_MARK_MS:g} ms. Marks are single-sample indications, not significance; the "
+               "verdict comes from the statistics.")
 
 
 def render_markdown(payload: Mapping[str, Any]) -> str:
@@ -134,12 +165,26 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         lines.append("")
         st = cmp["statistics"]
         if st is None:
-            lines += ["Marks are single-sample indications (E2E/denoise +-2 %; a stage moves when it changes by "
-                      "more than both 10 % and 120 ms), not significance: give several dumps per side "
-                      "(`--baseline ... --candidate ...`) for statistics.", ""]
+            lines += [MARK_LEGEND + " Give several dumps per side (`--baseline ... --candidate ...`) for "
+                      "statistics.", ""]
             continue
         lines += ["### 3. Statistics", ""] + render_statistics(st, cmp["arms"]) + [""]
+        lines += _outliers_by_file(cmp["arms"], files) + [MARK_LEGEND, ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _outliers_by_file(arms: Mapping[str, Any], files: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Outliers named by the dump they came from, not by an index."""
+    path_of = {f["index"]: f["path"] for f in files}
+    lines = []
+    for arm in arms.values():
+        for o in arm["outliers"]:
+            where = f" (round {o['round']})" if o.get("round") is not None else ""
+            stage = f", mostly {o['attributed_stage']}" if o.get("attributed_stage") else ""
+            lines.append(f"- Outlier `{path_of.get(o['cell'], o['cell'])}`{where}: E2E {o['value_ms']:.3f} ms vs the "
+                         f"{arm['arm']} median {o['arm_median_ms']:.3f} ms{stage}"
+                         + ("; discarded." if o["discarded"] else "; kept in the statistics."))
+    return lines + ([""] if lines else [])
 
 
 def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) -> list[str]:

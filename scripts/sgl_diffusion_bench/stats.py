@@ -269,10 +269,12 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
     interval = f"{confidence * 100:g}% CI [{low:+.3f}%, {high:+.3f}%]"
     if not has_rounds:
         interval += " (no rounds: that the change repeats is not established)"
+    faster = "every round is faster" if has_rounds else "no rounds to repeat it"
+    slower = "every round is slower" if has_rounds else "no rounds to repeat it"
     if high < -threshold_pct and all_down:
-        verdict, reason = "improved", f"{interval} is below -{threshold_pct:g}% and every round is faster"
+        verdict, reason = "improved", f"{interval} is below -{threshold_pct:g}% ({faster})"
     elif low > threshold_pct and all_up:
-        verdict, reason = "regressed", f"{interval} is above +{threshold_pct:g}% and every round is slower"
+        verdict, reason = "regressed", f"{interval} is above +{threshold_pct:g}% ({slower})"
     elif high < -threshold_pct or low > threshold_pct:
         verdict, reason = "no_significant_change", f"{interval} clears the threshold but the rounds disagree"
     else:
