@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, command_builder, contract, engine_process, env, fileio, gpu, log_gates, presets,
-               request_path, selftest)
+from .. import (assets, bench_runner, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
+               log_gates, presets, request_path, selftest)
 from . import _runner
-from ..tiny_model import local_model_path
 from .bench import engine_capabilities
 
 TOOL = "profile_diffusion"
@@ -35,6 +34,9 @@ EPILOG = """examples:
 def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     parser.add_argument("--model", default="tiny-flux-cpu", help="preset (see bench_diffusion_denoise.py --list-models)")
+    parser.add_argument("--model-path", help="profile the preset's request on this local pipeline directory")
+    parser.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
+                        help="replace a preset request field (repeatable), as in bench_diffusion_denoise.py")
     parser.add_argument("--label", default="profile", help="names this run's files: letters, digits, '-'")
     parser.add_argument("--output-dir", help="default: <work root>/outputs/diffusion_profiles")
     parser.add_argument("--all-stages", action="store_true", help="profile every stage, not only denoising")
@@ -65,7 +67,7 @@ def profile_invocation(args: argparse.Namespace, preset: presets.Preset, caps, *
     if args.all_stages:
         profile_flags.append("--profile-all-stages")
     output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("profiles")
-    model_path = local_model_path(preset.local_model, build=build_model) if preset.local_model else None
+    model_path = presets.model_location(preset, args.model_path, build=build_model)[0]
     options = command_builder.RunOptions(label=args.label, arm="profile", quality=args.quality,
                                          warmup=not args.no_warmup, breakable_cuda_graph=args.breakable_cuda_graph,
                                          extra_args=(*extra, *profile_flags, *bench_runner.port_args_for(caps)))
@@ -91,7 +93,7 @@ def find_traces(trace_dir: Path) -> list[dict[str, Any]]:
 
 
 def handle(args: argparse.Namespace) -> _runner.Result:
-    preset = presets.get_preset(args.model)
+    preset = presets.customised([presets.get_preset(args.model)], args.override, args.model_path)[0]
     caps = engine_capabilities(args)
     invocation, trace_dir, profiler_env = profile_invocation(args, preset, caps, build_model=not args.dry_run)
     base = {"preset": preset.name, "label": args.label, "argv": list(invocation.argv),
@@ -115,8 +117,9 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     child = {**invocation.child_env(os.environ), **profiler_env}
     if not inventory.gpus:
         child = engine_process.cpu_adapter_env(child, bench_runner.adapter_switches_off(os.environ))
-    gate = log_gates.RequestLogGate(log_gates.markers_for_version(caps.version), bcg_expected=args.breakable_cuda_graph,
-                                    quality=args.quality, require_native=True, profiling=True)
+    gate = log_gates.RequestLogGate(log_gates.markers_for_version(caps.version), quality=args.quality,
+                                    bcg_expected=engine_args.requests_bcg(invocation.argv), require_native=True,
+                                    profiling=True)
     print(f"[profile] {preset.name}: running with the engine's profiler; traces go to {trace_dir}", file=sys.stderr)
     request: dict[str, Any] = {}  # judged by the campaigns' own request path, then held to the trace rule too
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Produce the evidence kept in tests/fixtures/gpu-h200-0.5.23/campaign on a lent H200 with sglang 0.5.23 (test
+# tooling, not product code). Run from the repository root with carry [.whl] holding the wheels of the packages the
+# machine lacks and sglang-0.5.23-slim.tar.xz (see tests/fixtures/gpu-h200-0.5.23/README.md):
+#   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
+#   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
+# The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
+set -u
+: "${OUT:?set OUT to the folder that comes back}"
+R=$PWD
+EV=/tmp/ev
+HOLD_S=${HOLD_S:-560}
+STEPS=${STEPS:-28}
+MODEL=/tmp/m/FLUX.1-dev
+mkdir -p "$EV"
+export PYTHONPATH=$R/tests/gpu_harness:/tmp/site:$R/scripts PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 \
+    PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    SGLANG_DIFFUSION_SKILL_WORKDIR=/tmp/work TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
+
+pipeline() {
+    stamp() { echo "$1 $(date -u +%s) $(date -u +%T)" >>"$EV/steps.txt"; }
+    step() {  # step NAME TIMEOUT_S CMD...: stdout to $EV/NAME.json, stderr to $EV/NAME.err, wall time recorded
+        local name=$1 limit=$2; shift 2
+        stamp "$name.start"
+        timeout --signal=INT --kill-after=30 "$limit" "$@" >"$EV/$name.json" 2>"$EV/$name.err"
+        echo "$name rc=$?" >>"$EV/steps.txt"
+        stamp "$name.end"
+    }
+    stamp pipeline.start
+    if [ ! -f /tmp/site/.ok ]; then
+        mkdir -p /tmp/site/bin
+        tar -xJf .whl/sglang-0.5.23-slim.tar.xz -C /tmp/site && python3 -m pip install -q --no-index --no-deps \
+            --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >"$EV/pip.log" 2>&1 \
+            && touch /tmp/site/.ok || { echo "setup failed" >>"$EV/steps.txt"; return 1; }
+    fi
+    # the console script needs the __main__ guard: multiprocessing's spawn re-runs the main module in each worker
+    printf '#!/usr/bin/env python3\nimport sys\nfrom sglang.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
+        >/tmp/site/bin/sglang && chmod +x /tmp/site/bin/sglang
+    ( python3 -m compileall -q -j 16 /tmp/site/sglang >/dev/null 2>&1 & )
+    stamp setup.end
+    {
+        date -u +%FT%TZ; uname -r; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm --format=csv
+        python3 --version; command -v python3 nvcc sglang
+        python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+        python3 -m pip list 2>/dev/null | grep -i -E '^(sglang|diffusers|transformers|tokenizers|apache-tvm-ffi|torch|triton|nvidia-ml-py|flash.attn.*|sgl.kernel) '
+    } >"$EV/machine.txt" 2>&1
+    step tiny 300 python3 -c 'import json; from sgl_diffusion_bench.tiny_model import ensure_tiny_flux; print(json.dumps(str(ensure_tiny_flux())))'
+    tiny=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' "$EV/tiny.json" 2>/dev/null)
+    [ -f "$MODEL/model_index.json" ] || step build 300 python3 tests/gpu_harness/build_flux_dev_shaped.py "$MODEL" "$tiny"
+    step inspect 200 python3 scripts/diffusion_skill_env.py inspect --json
+    step probe 200 python3 scripts/bench_diffusion_denoise.py --probe-engine --json
+    # 1. ours: eager vs BCG, A/B/B/A x 2, warm engines, isolated model cache with its cleanup ledger
+    step campaign 1500 python3 scripts/bench_diffusion_denoise.py --model flux-1gpu --model-path "$MODEL" \
+        --override num_inference_steps="$STEPS" --campaign abba --rounds 2 --engine warm --label h200warm \
+        --output-dir /tmp/bench --model-cache-root /tmp/mc --cleanup-model-cache --cell-timeout-s 600 --report \
+        --json "--extra-args=--attention-backend torch_sdpa"
+    # 2. the seed PR's profile table: one profiled 2-step request eager and BCG, compared
+    for arm in eager bcg; do
+        flag=; [ $arm = bcg ] && flag=--breakable-cuda-graph
+        step "profile-$arm" 400 python3 scripts/profile_diffusion.py --model flux-1gpu --model-path "$MODEL" \
+            --override num_inference_steps=2 --all-stages $flag --label "prof-$arm" --output-dir /tmp/prof \
+            --timeout-s 380 --json "--extra-args=--attention-backend torch_sdpa"
+    done
+    te=$(ls /tmp/prof/*prof-eager*/traces/*.trace.json.gz 2>/dev/null | head -1)
+    tb=$(ls /tmp/prof/*prof-bcg*/traces/*.trace.json.gz 2>/dev/null | head -1)
+    if [ -n "$te" ] && [ -n "$tb" ]; then
+        step compare 200 python3 scripts/analyze_trace.py compare "$te" "$tb" --label-a eager --label-b bcg --json
+    fi
+    # 3. the reference skill's own script, same model and request, A/B/B/A x 1 (one cold process per row)
+    stamp reference.start
+    for row in a1:eager b1:bcg b2:bcg a2:eager; do
+        flag=; [ "${row#*:}" = bcg ] && flag=--breakable-cuda-graph
+        step "reference-${row%%:*}" 500 python3 tests/gpu_harness/run_reference_bench.py "$MODEL" "$STEPS" -- \
+            --label "ref-${row%%:*}-${row#*:}" --output-dir /tmp/ref $flag
+    done
+    stamp reference.end
+    stamp pipeline.end
+}
+
+collect() {
+    nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
+    ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
+        $(ls -d bench prof ref mc 2>/dev/null) 2>/dev/null )
+    ( cd /tmp && find bench -name '*.png' 2>/dev/null | sort | head -2 | tar czf "$OUT/png.tgz" -T - 2>/dev/null )
+    cp "$EV/steps.txt" "$OUT/steps.txt" 2>/dev/null
+    ls -la "$OUT" >&2
+}
+
+hold() {
+    while [ "$SECONDS" -lt "$HOLD_S" ] && kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null; do
+        sleep 5
+    done
+    echo "[h200] hold ends at ${SECONDS}s; pipeline $(kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null \
+        && echo still running || echo finished)" >&2
+    tail -n 40 "$EV/steps.txt" >&2
+    grep -h "^\[cell\|^\[engine\|verdict" "$EV/campaign.err" 2>/dev/null | tail -20 >&2
+    collect
+}
+
+case "${1:-}" in
+    start)
+        if ! kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null; then
+            export -f pipeline
+            export EV STEPS MODEL
+            setsid nohup bash -c pipeline >"$EV/pipeline.log" 2>&1 </dev/null &
+            echo $! >/tmp/pipeline.pid
+        fi
+        hold ;;
+    hold) hold ;;
+    *) echo "usage: $0 start|hold" >&2; exit 2 ;;
+esac
