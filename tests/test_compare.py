@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 
 from conftest import TEST_FIXTURES, run_script
 from sgl_diffusion_bench import perf_compare
