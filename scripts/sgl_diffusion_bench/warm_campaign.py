@@ -143,10 +143,12 @@ class WarmCampaign:
         number = len(self.starts) + 1
         engine_dir = self.settings.output_root / f"{inv.run_id.split('__')[0]}__{self.settings.label}__warm-e{number}"
         engine_dir.mkdir(parents=True, exist_ok=False)
-        if inv.config_path is not None:  # the engine reads the config of its first request at start
-            inv.config_path.parent.mkdir(parents=True, exist_ok=True)
-            inv.config_path.write_text(inv.config_content or "", encoding="utf-8")
-        argv = warm_engine.driver_argv(runner.engine_python, list(inv.argv[self.cli_len:]))
+        args = list(inv.argv[self.cli_len:])
+        if inv.config_path is not None:  # the engine's own copy: each request's run dir is created when it runs
+            config = engine_dir / inv.config_path.name
+            config.write_text(inv.config_content or "", encoding="utf-8")
+            args = [f"--config={config}" if t == f"--config={inv.config_path}" else t for t in args]
+        argv = warm_engine.driver_argv(runner.engine_python, args)
         start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
                             contract.utc_now())
         self.starts.append(start)
