@@ -74,13 +74,17 @@ pipeline() {
             --label "ref-${row%%:*}-${row#*:}" --output-dir /tmp/ref $flag
     done
     stamp reference.end
+    # 4. BCG replay correctness: warm eager and BCG engines serve one scripted sequence (8 steps: correctness only)
+    step replay 900 python3 scripts/bench_diffusion_denoise.py --bcg-replay --model flux-1gpu --model-path "$MODEL" \
+        --override num_inference_steps=8 --label h200replay --output-dir /tmp/replay --cell-timeout-s 600 --json \
+        "--extra-args=--attention-backend torch_sdpa"
     stamp pipeline.end
 }
 
 collect() {
     nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
     ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
-        $(ls -d bench prof ref mc 2>/dev/null) 2>/dev/null )
+        $(ls -d bench prof ref replay mc 2>/dev/null) 2>/dev/null )
     ( cd /tmp && find bench -name '*.png' 2>/dev/null | sort | head -2 | tar czf "$OUT/png.tgz" -T - 2>/dev/null )
     cp "$EV/steps.txt" "$OUT/steps.txt" 2>/dev/null
     ls -la "$OUT" >&2
