@@ -41,17 +41,31 @@ PROFILER_SOURCE = "multimodal_gen/runtime/utils/profiler.py"
 # Newest release known to read only SGLANG_TORCH_PROFILER_DIR (used when profiler.py cannot be read).
 LAST_GENERIC_PROFILER_ENV_RELEASE = (0, 5, 10, 1)
 
+# Flags the engine validates against an enum of its own instead of argparse choices: (flag, module, enum class).
+ENUM_VALIDATED = (("--attention-backend", "sglang.multimodal_gen.runtime.platforms.interface", "AttentionBackendEnum"),)
+PROBE_FORMAT = 2  # part of the cache key: a probe written by an older format is probed again
+
 _INTROSPECT = f"""
-import argparse, json
+import argparse, enum, importlib, json
 from sglang.multimodal_gen.runtime.entrypoints.cli.generate import add_multimodal_gen_generate_args
 parser = argparse.ArgumentParser(add_help=False)
 add_multimodal_gen_generate_args(parser)
+enum_choices = {{}}
+for flag, module, name in {ENUM_VALIDATED!r}:
+    try:
+        enum_choices[flag] = [m.name.lower() for m in getattr(importlib.import_module(module), name)]
+    except Exception:
+        pass
 actions = []
 for a in parser._actions:
     try:
         choices = None if a.choices is None else [str(c) for c in a.choices]
     except TypeError:
         choices = None
+    if choices is None and isinstance(a.type, type) and issubclass(a.type, enum.Enum):
+        choices = [str(m.value) for m in a.type]
+    if choices is None:
+        choices = next((enum_choices[o] for o in a.option_strings if o in enum_choices), None)
     actions.append({{"options": list(a.option_strings), "choices": choices}})
 print({PROBE_MARK!r} + json.dumps(actions))
 """
@@ -250,7 +264,7 @@ def cache_key(version: str | None, package_dir: Path) -> str:
             mtimes.append(f"{path.relative_to(package_dir)}@{path.stat().st_mtime_ns}")
         except OSError:
             continue
-    return json.dumps([version, str(package_dir), sorted(mtimes)])
+    return json.dumps([PROBE_FORMAT, version, str(package_dir), sorted(mtimes)])
 
 
 def default_cache_path() -> Path:
