@@ -15,15 +15,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_process, env, fileio,
-               host_load, log_gates, model_cache, report, request_path, run_claim, sequential, stats, validity,
-               warm_campaign)
+               host_load, log_gates, model_cache, report, request_path, run_claim, run_record, sequential, stats,
+               validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
+from .run_record import reproduce_command  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
 from .presets import Preset
@@ -72,13 +72,6 @@ def port_args_for(engine: EngineCapabilities) -> list[str]:
     """Fresh free ports where the engine takes them: its defaults collide between concurrent runs."""
     args = engine_process.port_args()
     return args if all(engine.accepts_flag(f) for f in args[::2]) else []
-
-
-def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy: Mapping[str, str]) -> str:
-    """A shell command that reruns one cell; copied secrets appear as ``$NAME``, never as a value."""
-    assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(env_set.items())]
-    assignments += [f'{target}="${source}"' for target, source in sorted(env_copy.items())]
-    return " \\\n  ".join([*assignments, *map(shlex.quote, argv)])
 
 
 class Progress:
@@ -143,6 +136,7 @@ class CampaignRunner:
                                       "use --campaign abba, aa or ab")
         adapter_switches_off(self.caller_env)  # a typo in the switch is a usage error before anything runs
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
+        self.model_path = model_path
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
         self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations)]
         unique = dict.fromkeys((c, m) for inv in self.invocations for c, m in inv.warnings)
@@ -374,12 +368,6 @@ class CampaignRunner:
         if self.cleanup_entry is not None and not self.cleanup_entry.get("ok", False):
             ok = False
         engine = {**self.engine.to_json(), "adapter": self.adapter, **engine_args.what_ran(self)}
-        reproduce = []
-        seen_arms: set[str] = set()
-        for cell, inv in zip(self.cells, self.invocations):
-            if cell["arm"] not in seen_arms:
-                seen_arms.add(cell["arm"])
-                reproduce.append({"arm": cell["arm"], "command": reproduce_command(inv.argv, inv.env_set, inv.env_copy)})
         rounds = self.plan.rounds
         if self.settings.stopping is not None:  # the rounds the campaign kept, not the budget
             rounds = max((c["round"] for c in self.cells if c["round"] is not None), default=rounds)
@@ -400,7 +388,8 @@ class CampaignRunner:
             plan={"output_dir": str(self.settings.output_root), "report_path": str(self.report_path),
                   "gpus": {"cuda_visible_devices": self.cuda_visible_devices, "leased_uuids": self.leased_gpu_uuids,
                            "contention_checked": self.foreign_check is not None},
-                  "reproduce": reproduce, "invocations": [inv.to_json() for inv in self.invocations]},
+                  "reproduce": run_record.reproduce_entries(self), "caches": run_record.cache_roots(self, self.model_path),
+                  "invocations": [inv.to_json() for inv in self.invocations]},
             cells=self.cells, summary=summary, warnings=self.warnings)
         doc["engines"] = (self._warm.to_json() if self._warm is not None else
                           warm_campaign.cold_engines_block(self.cells, self.settings.primary_metric,

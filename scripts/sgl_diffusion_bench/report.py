@@ -317,6 +317,9 @@ def _reproduce(doc) -> list[str]:
 
 def _environment(doc) -> list[str]:
     lines = ["", "### Environment", ""]
+    caches = doc["plan"].get("caches") if isinstance(doc["plan"], dict) else None
+    if isinstance(caches, dict):
+        lines.append("- caches: " + "; ".join(f"{k} {v}" for k, v in caches.items() if v not in (None, [])))
     engine = doc.get("engine") or {}
     if engine:
         adapter = engine.get("adapter")

@@ -1,0 +1,46 @@
+"""The Markdown report's Reproduce block runs as written on the machine that produced it (real engine, tiny CPU
+model), and the report records its cache roots without cleanup being asked for."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import run_script
+from sgl_diffusion_bench import run_record
+
+pytestmark = pytest.mark.engine
+
+
+def test_the_reproduce_block_reruns_the_cell(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "repro", "--output-dir",
+                     str(tmp_path), "--report", "--json", timeout=1800)
+    doc = run.document
+    assert run.returncode == 0, run.stderr[-3000:]
+    caches = doc["plan"]["caches"]
+    assert caches["hf_hub_cache"] and caches["local_model_dir"] and caches["model_cache_root"] is None
+    markdown = Path(doc["artifacts"]["report_md"]).read_text()
+    assert "- caches: " in markdown
+    block = re.search(r"### Reproduce\n\n.*?```bash\n(.*?)\n```", markdown, re.S).group(1)
+    assert "PYTHONPATH=" in block  # the CPU adapter the cell ran with (its absence broke the block before)
+    perf = Path(doc["cells"][0]["perf_dump_path"])
+    perf.unlink()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
+    rerun = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=1800, env=env,
+                           cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert json.loads(perf.read_text())["total_duration_ms"] > 0  # the rerun wrote the cell's perf dump again
+
+
+def test_reproduce_names_secrets_never_values():
+    env_set, unset = run_record.child_env_changes({"HF_TOKEN": "s3cret", "A": "1", "GONE": "x"},
+                                                  {"HF_TOKEN": "s3cret", "HUGGINGFACE_HUB_TOKEN": "s3cret", "A": "2"})
+    assert env_set == {"A": "2"} and unset == ["GONE"]
+    command = run_record.reproduce_command(["sglang", "generate"], env_set, {"HUGGINGFACE_HUB_TOKEN": "HF_TOKEN"},
+                                           unset)
+    assert "s3cret" not in command and command.startswith("env \\\n  -u GONE") and 'HUGGINGFACE_HUB_TOKEN="$HF_TOKEN"' in command
