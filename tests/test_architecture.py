@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import SCRIPTS
 from sgl_diffusion_bench import error_codes
 
@@ -157,3 +159,13 @@ def test_enumerated_values_are_snake_case():
     odd = {v: sorted(s) for v, s in values.items()
            if not re.fullmatch(r"[a-z0-9_]+", v) and not FOREIGN_VALUE.fullmatch(v)}
     assert odd == {}, "enumerated values are lowercase snake_case (CONTRIBUTING.md, 'One vocabulary')"
+
+
+def test_every_script_is_a_console_script_of_the_wheel():
+    """The wheel's self-test (.ci/wheel-selftest) runs every console script; each scripts/*.py must be one."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    declared = set(tomllib.loads((SCRIPTS.parent / "pyproject.toml").read_text())["project"]["scripts"].values())
+    wrapped = {f"{m[1]}:main" for p in SCRIPTS.glob("*.py")
+               if (m := re.search(r"from (sgl_diffusion_bench\.cli\.\w+) import main", p.read_text()))}
+    assert wrapped and wrapped == declared
