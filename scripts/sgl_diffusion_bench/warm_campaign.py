@@ -254,7 +254,8 @@ class WarmCampaign:
         need = int(first.memory_bytes * others * RESIDENCY_MARGIN) if first.memory_bytes else None
         resident = need is not None and available is not None and available >= need
         self.residency.update(checked=True, first_engine_bytes=first.memory_bytes, available_bytes=available,
-                              needed_bytes=need, resident=resident, memory_kind=first.memory_kind,
+                              needed_bytes=need, resident=resident,
+                              memory_kind="process_rss" if self.runner.cuda_visible_devices is None else "device",
                               reason=("the other engine(s) fit beside the first" if resident else
                                       "not enough free memory for every engine at once" if need and available
                                       else "memory could not be measured: engines alternate to be safe"))
