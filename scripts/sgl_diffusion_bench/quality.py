@@ -169,10 +169,10 @@ def _quality_model(engine_levels: Sequence[str] | None) -> Mapping[str, Any]:
 
 
 def canonical_level(level: str | None, engine_levels: Sequence[str] | None = None) -> str:
-    """The level a request really runs at: an alias resolved; None (no --quality: eager default) as bit-exact."""
+    """The level a request really runs at: an alias resolved; None as "lossless", the level the command builder
+    pins when the engine has --quality (and what an engine without it runs: eager, the same bytes)."""
     model = _quality_model(engine_levels)
-    if level is None:
-        return next(name for name, sem in model["semantics"].items() if sem == BIT_EXACT)
+    level = level or "lossless"
     return model["aliases"].get(level, level)
 
 
