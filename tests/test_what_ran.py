@@ -168,3 +168,20 @@ def test_bench_report_schema_accepts_the_engine_run_block():
     assert contract.validation_errors(doc) == []
     doc["cells"][0]["engine_run"]["warmups"][0]["seconds"] = -1
     assert contract.validation_errors(doc)
+
+
+def test_bcg_replay_engines_carry_the_overrides_and_extra_args(tmp_path):
+    """The replay's engines get what the caller asked for (on the H200 they lost --attention-backend torch_sdpa,
+    picked FlashAttention 3 that is not installed, and every request failed)."""
+    from sgl_diffusion_bench import bcg_replay
+
+    model = str(tmp_path / "FLUX.1-dev")
+    preset = presets.customised([presets.get_preset("flux-1gpu")], ["num_inference_steps=8"], model)[0]
+    replay = bcg_replay.Replay(preset, engine_probe.recent_engine_capabilities(), label="r", output_root=tmp_path,
+                               cli_prefix=["sglang", "generate"], python="python3", caller_env={}, model_path=model,
+                               bcg=True, timeout_s=10, use_cpu_adapter=False,
+                               extra_args=("--attention-backend", "torch_sdpa"))
+    for name, (invocation, with_bcg, _) in replay.configs.items():
+        argv = invocation.argv
+        assert argv[argv.index("--attention-backend") + 1] == "torch_sdpa" and "--num-inference-steps=8" in argv
+        assert engine_args.requests_bcg(argv) is with_bcg is (name == "bcg")

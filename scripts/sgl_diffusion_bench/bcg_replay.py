@@ -86,7 +86,7 @@ class Replay:
     def __init__(self, preset: Preset, engine: EngineCapabilities, *, label: str, output_root: Path,
                  cli_prefix: Sequence[str], python: str, caller_env: dict[str, str], model_path: str | None,
                  bcg: bool, timeout_s: float, use_cpu_adapter: bool, cuda_visible_devices: str | None = None,
-                 echo=None):
+                 echo=None, extra_args: Sequence[str] = ()):
         self.preset, self.engine, self.label, self.bcg = preset, engine, label, bcg
         self.root = output_root / f"{preset.name}__{label}__bcg-replay"
         self.python, self.timeout_s, self.echo = python, timeout_s, echo
@@ -96,7 +96,7 @@ class Replay:
         self.configs = {}
         for name, with_bcg in (("eager", False), ("bcg", bcg)):
             options = command_builder.RunOptions(label=label, arm=name, breakable_cuda_graph=with_bcg,
-                                                 extra_args=tuple(bench_runner.port_args_for(engine)))
+                                                 extra_args=(*extra_args, *bench_runner.port_args_for(engine)))
             invocation = command_builder.build_invocation(
                 preset, options, engine, sglang_cli=list(cli_prefix), output_root=self.root, assets_dir=Path("/"),
                 caller_env=caller_env, model_path=model_path)
@@ -192,7 +192,8 @@ class Replay:
 
 
 def run_command(preset: Preset, engine: EngineCapabilities, *, label: str, bcg: bool, output_root: Path,
-                model_path: str | None, timeout_s: float, build_local_model, echo: bool) -> dict[str, Any]:
+                model_path: str | None, timeout_s: float, build_local_model, echo: bool,
+                extra_args: Sequence[str] = ()) -> dict[str, Any]:
     """--bcg-replay: both commands built first (a flag the engine lacks is refused before anything runs), then the
     model built if local, GPUs leased, and the replay run."""
     cli = [*engine_process.sglang_cli(), "generate"]
@@ -200,7 +201,8 @@ def run_command(preset: Preset, engine: EngineCapabilities, *, label: str, bcg: 
     def replay(visible: str | None, cpu: bool) -> Replay:
         return Replay(preset, engine, label=label, output_root=output_root, cli_prefix=cli, python=sys.executable,
                       caller_env=dict(os.environ), model_path=model_path, bcg=bcg, timeout_s=timeout_s,
-                      use_cpu_adapter=cpu, cuda_visible_devices=visible, echo=sys.stderr if echo else None)
+                      use_cpu_adapter=cpu, cuda_visible_devices=visible, echo=sys.stderr if echo else None,
+                      extra_args=extra_args)
 
     replay(None, False)
     if preset.local_model:

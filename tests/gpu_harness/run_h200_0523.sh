@@ -4,6 +4,7 @@
 # machine lacks and sglang-0.5.23-slim.tar.xz (see tests/fixtures/gpu-h200-0.5.23/README.md):
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
+# PARTS="campaign profile reference replay" (default: all) picks what the pipeline runs after the set-up.
 # The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
@@ -49,13 +50,14 @@ pipeline() {
     [ -f "$MODEL/model_index.json" ] || step build 300 python3 tests/gpu_harness/build_flux_dev_shaped.py "$MODEL" "$tiny"
     step inspect 200 python3 scripts/diffusion_skill_env.py inspect --json
     step probe 200 python3 scripts/bench_diffusion_denoise.py --probe-engine --json
+    has() { case " ${PARTS:-campaign profile reference replay} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     # 1. ours: eager vs BCG, A/B/B/A x 2, warm engines, isolated model cache with its cleanup ledger
-    step campaign 1500 python3 scripts/bench_diffusion_denoise.py --model flux-1gpu --model-path "$MODEL" \
+    has campaign && step campaign 1500 python3 scripts/bench_diffusion_denoise.py --model flux-1gpu --model-path "$MODEL" \
         --override num_inference_steps="$STEPS" --campaign abba --rounds 2 --engine warm --label h200warm \
         --output-dir /tmp/bench --model-cache-root /tmp/mc --cleanup-model-cache --cell-timeout-s 600 --report \
         --json "--extra-args=--attention-backend torch_sdpa"
     # 2. the seed PR's profile table: one profiled 2-step request eager and BCG, compared
-    for arm in eager bcg; do
+    for arm in $(has profile && echo eager bcg); do
         flag=; [ $arm = bcg ] && flag=--breakable-cuda-graph
         step "profile-$arm" 400 python3 scripts/profile_diffusion.py --model flux-1gpu --model-path "$MODEL" \
             --override num_inference_steps=2 --all-stages $flag --label "prof-$arm" --output-dir /tmp/prof \
@@ -68,14 +70,14 @@ pipeline() {
     fi
     # 3. the reference skill's own script, same model and request, A/B/B/A x 1 (one cold process per row)
     stamp reference.start
-    for row in a1:eager b1:bcg b2:bcg a2:eager; do
+    for row in $(has reference && echo a1:eager b1:bcg b2:bcg a2:eager); do
         flag=; [ "${row#*:}" = bcg ] && flag=--breakable-cuda-graph
         step "reference-${row%%:*}" 500 python3 tests/gpu_harness/run_reference_bench.py "$MODEL" "$STEPS" -- \
             --label "ref-${row%%:*}-${row#*:}" --output-dir /tmp/ref $flag
     done
     stamp reference.end
     # 4. BCG replay correctness: warm eager and BCG engines serve one scripted sequence (8 steps: correctness only)
-    step replay 900 python3 scripts/bench_diffusion_denoise.py --bcg-replay --model flux-1gpu --model-path "$MODEL" \
+    has replay && step replay 900 python3 scripts/bench_diffusion_denoise.py --bcg-replay --model flux-1gpu --model-path "$MODEL" \
         --override num_inference_steps=8 --label h200replay --output-dir /tmp/replay --cell-timeout-s 600 --json \
         "--extra-args=--attention-backend torch_sdpa"
     stamp pipeline.end
@@ -105,7 +107,7 @@ case "${1:-}" in
     start)
         if ! kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null; then
             export -f pipeline
-            export EV STEPS MODEL
+            export EV STEPS MODEL PARTS
             setsid nohup bash -c pipeline >"$EV/pipeline.log" 2>&1 </dev/null &
             echo $! >/tmp/pipeline.pid
         fi

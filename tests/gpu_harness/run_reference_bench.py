@@ -5,7 +5,8 @@
 
 The reference has no local-model option and its ``flux`` preset needs two GPUs (``--num-gpus=2 --tp-size=2``), so
 this loads the script unchanged and only points its ``flux`` entry at MODEL_DIR with the request our ``flux-1gpu``
-runs (1024x1024, STEPS steps, guidance 3.5, one GPU, every component resident, torch SDPA), then calls its main().
+runs (1024x1024, STEPS steps, guidance 3.5, one GPU, every component resident, torch SDPA), takes ``flux`` off its
+gated list (it would otherwise refuse to run without HF_TOKEN, though the directory is local), then calls its main().
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ if __name__ == "__main__":
     if sep != "--":
         raise SystemExit(__doc__)
     reference = load_reference()
+    # Its gate asks for HF_TOKEN before running a gated repo's preset; a local directory needs no token.
+    reference.GATED_MODELS.discard("flux")
     reference.MODELS["flux"] = {**reference.MODELS["flux"], "path": model_dir, "extra_args": [
         "--width=1024", "--height=1024", f"--num-inference-steps={steps}", "--guidance-scale=3.5",
         "--component-residency=all=resident", "--attention-backend=torch_sdpa"]}

@@ -357,10 +357,11 @@ def _run(args: argparse.Namespace) -> _runner.Result:
 def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
     from .. import bcg_replay
 
-    preset = presets.get_preset(args.model or DEFAULT_PRESET)
+    preset = presets.customised([presets.get_preset(args.model or DEFAULT_PRESET)], args.override, args.model_path)[0]
     model_path, _ = presets.model_location(preset, args.model_path, build=False)
     doc = bcg_replay.run_command(
         preset, engine_capabilities(args), label=args.label, bcg=not args.replay_without_bcg,
+        extra_args=shlex.split(args.extra_args),
         output_root=Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks"),
         model_path=model_path, timeout_s=args.cell_timeout_s,
         build_local_model=lambda: presets.model_location(preset, args.model_path, build=True), echo=args.echo_engine)
