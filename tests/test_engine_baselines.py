@@ -27,7 +27,7 @@ def test_an_h200_run_has_no_engine_baseline_and_says_so():
                      "--json")
     doc = run.document
     assert run.returncode == 3 and doc["gpu_name"] == "NVIDIA H200" and doc["gpu_class"] is None
-    assert doc["result"] == {"matched": False, "verdict": "no-match", "available_scenarios": [],
+    assert doc["result"] == {"matched": False, "verdict": "no_match", "available_scenarios": [],
                              "reason": doc["result"]["reason"]}
     assert "h100, b200, 5090, xpu_b60" in doc["result"]["reason"] and "NVIDIA H200" in doc["result"]["reason"]
 

@@ -125,4 +125,4 @@ def compare(perfs: Sequence[Mapping[str, Any]], baselines: Mapping[str, Any], sc
 
 
 def no_match(reason: str, available: Sequence[str] = ()) -> dict[str, Any]:
-    return {"matched": False, "reason": reason, "available_scenarios": list(available), "verdict": "no-match"}
+    return {"matched": False, "reason": reason, "available_scenarios": list(available), "verdict": "no_match"}
