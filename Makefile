@@ -1,23 +1,22 @@
 # Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
-# Both create .venv on first use: CPU torch 2.13.0, sglang 0.5.10.post1 without its CUDA-only
-# dependencies, and this bundle (editable). Nothing downloads a CUDA torch (requirements/constraints-cpu.txt).
+# Both create .venv on first use (requirements/install.sh, with uv): CPU torch 2.13.0, sglang $(ENGINE) without its
+# CUDA-only dependencies, and this bundle (editable). Nothing downloads a CUDA torch (requirements/constraints-cpu.txt).
+# Another supported release: `make test-engine ENGINE=0.5.10.post1` builds .venv-0.5.10.post1 and runs the engine
+# tests on it (any target takes ENGINE=...; the default release keeps .venv).
 PYTHON ?= python3
-VENV ?= .venv
+DEFAULT_ENGINE := 0.5.23
+ENGINE ?= $(DEFAULT_ENGINE)
+VENV ?= $(if $(filter $(DEFAULT_ENGINE),$(ENGINE)),.venv,.venv-$(ENGINE))
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.bundle-installed
 
-.PHONY: setup demo test selftest check lint wheel-selftest
+.PHONY: setup demo test test-engine selftest check lint wheel-selftest
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/engine-cpu.txt requirements/engine-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt
-	@echo "setting up $(VENV) (first run: about 85 s and 2.6 GB)" >&2
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV) >&2
-	@$(PIP) install -c requirements/constraints-cpu.txt torch==2.13.0 >&2
-	@$(PIP) install --no-deps -r requirements/engine-nodeps.txt >&2
-	@$(PIP) install -c requirements/constraints-cpu.txt -r requirements/engine-cpu.txt -r requirements/tools.txt >&2
-	@$(PIP) install --no-deps -e . >&2
+$(STAMP): pyproject.toml requirements/install.sh requirements/engine-$(ENGINE)-cpu.txt requirements/engine-$(ENGINE)-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt
+	@echo "setting up $(VENV) for sglang $(ENGINE) (first run: about 30-70 s and 2.4 GB)" >&2
+	@PYTHON=$(PYTHON) requirements/install.sh $(VENV) $(ENGINE)
 	@touch $@
 
 # The main job (stdout: one bench-report.v1 JSON document; progress on stderr): a real benchmark of the real sglang engine on a tiny local FLUX.1 model (CPU, no GPU, no hub).
@@ -27,6 +26,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The tests that run the real engine, against the release ENGINE selects.
+test-engine: setup
+	$(PY) -m pytest -q -m engine
 
 selftest: setup
 	for s in scripts/*.py; do $(PY) $$s --self-test || exit 1; done

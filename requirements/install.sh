@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Create (or complete) a virtualenv with the CPU engine of one sglang release and this bundle:
+#   requirements/install.sh VENV ENGINE      e.g. requirements/install.sh .venv 0.5.23
+# CPU torch 2.13.0 (never a CUDA build: requirements/constraints-cpu.txt), sglang and diffusers without their
+# dependencies (they declare CUDA-only packages and a CUDA torch), the packages the diffusion path imports, the
+# bundle's tools, and the bundle itself (editable). Uses uv (installed on the fly when missing; ~6x faster than pip);
+# falls back to pip when uv cannot be had. Output goes to stderr.
+set -euo pipefail
+venv=${1:?usage: install.sh VENV ENGINE}
+engine=${2:?usage: install.sh VENV ENGINE}
+here=$(cd "$(dirname "$0")" && pwd)
+nodeps=$here/engine-$engine-nodeps.txt
+imports=$here/engine-$engine-cpu.txt
+if [[ ! -f $nodeps || ! -f $imports ]]; then
+  echo "install.sh: no install set for sglang $engine in requirements/ (have: $(ls "$here" | sed -n 's/^engine-\(.*\)-nodeps.txt$/\1/p' | tr '\n' ' '))" >&2
+  exit 2
+fi
+python=${PYTHON:-python3}
+# Where a CPU torch wheel lies: this machine keeps torch 2.13.0+cpu in /opt/wheels (PyPI's torch is a CUDA build);
+# elsewhere the PyTorch CPU index. Override with TORCH_FIND_LINKS=<dir> or TORCH_INDEX=<url>.
+torch_source=()
+if [[ -n ${TORCH_FIND_LINKS:-} || -d /opt/wheels ]]; then
+  torch_source=(--find-links "${TORCH_FIND_LINKS:-/opt/wheels}")
+else
+  torch_source=(--extra-index-url "${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}")
+fi
+uv=$(command -v uv || true)
+if [[ -z $uv ]]; then
+  boot=$here/../.cache/uv-bootstrap
+  if [[ ! -x $boot/bin/uv ]] && ! PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv >&2; then
+    echo "install.sh: could not install uv; using pip (slower)" >&2
+  fi
+  [[ -x $boot/bin/uv ]] && uv=$boot/bin/uv
+fi
+if [[ -n $uv ]]; then
+  [[ -x $venv/bin/python ]] || "$uv" venv -q --python "$python" "$venv" >&2
+  install=("$uv" pip install -q --python "$venv/bin/python")
+else
+  [[ -x $venv/bin/python ]] || "$python" -m venv "$venv" >&2
+  install=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+fi
+"${install[@]}" --no-deps -r "$nodeps" >&2
+"${install[@]}" "${torch_source[@]}" -c "$here/constraints-cpu.txt" torch==2.13.0 -r "$imports" -r "$here/tools.txt" >&2
+"${install[@]}" --no-deps -e "$here/.." >&2
