@@ -4,11 +4,14 @@ sources, the profiler env rule, and the cache."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from conftest import run_script
+from engine_release import DEFAULT_RELEASE, INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench import engine_probe
 
 
@@ -19,6 +22,7 @@ def installed_probe(tmp_path_factory):
 
 
 @pytest.mark.engine
+@expects(OLDER_RELEASE)
 def test_installed_engine_is_0_5_10_post1_with_its_cli(installed_probe):
     caps = installed_probe.capabilities
     assert caps.version == "0.5.10.post1" and caps.method == "argparse", caps.problems
@@ -34,6 +38,61 @@ def test_installed_engine_is_0_5_10_post1_with_its_cli(installed_probe):
     assert caps.offload_flags == engine_probe.OFFLOAD_FLAGS
     assert caps.profiler_dir_env == ("SGLANG_TORCH_PROFILER_DIR",) and caps.profiler_dir_env_source == "source"
     assert caps.accepts_flag("--transformer-path") and not caps.accepts_flag("--quality")
+    assert caps.dynamic_prefixes == ("--component-paths.",) and caps.dynamic_suffixes == ("-path",)
+
+
+@pytest.mark.engine
+@expects(DEFAULT_RELEASE)
+def test_installed_engine_is_0_5_23_with_its_cli_and_quality_levels(installed_probe):
+    caps = installed_probe.capabilities
+    assert caps.version == "0.5.23" and caps.method == "argparse" and caps.degraded is None, caps.problems
+    assert caps.has_bcg and caps.warmup_flag == "--warmup-mode"
+    assert caps.choices["--warmup-mode"] == ("off", "request", "server")
+    assert caps.quality_values == ("exact", "lossless", "high", "extra-high")  # the parser's choices
+    assert caps.quality_levels == ("exact", "lossless", "high") and caps.quality_aliases == {"extra-high": "lossless"}
+    assert caps.canonical_quality("extra-high") == "lossless"
+    for present in ("--component-residency", "--performance-mode", "--warmup-steps", "--warmup-resolutions",
+                    "--bcg-text-buckets"):
+        assert caps.has_flag(present), present
+    assert not caps.has_flag("--warmup")  # retired in 0.5.23
+    assert caps.flag_acceptance("--transformer-quantization") == "model-dependent"
+    assert caps.flag_acceptance("--component-attention-backends.transformer") == "model-dependent"
+    assert caps.profiler_dir_env == ("SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR")
+
+
+def _venv_without(tmp_path, hidden: tuple[str, ...]):
+    """A real interpreter whose site-packages is this one's minus ``hidden`` (a broken engine install)."""
+    import sysconfig
+    import venv
+    target = tmp_path / "broken"
+    venv.EnvBuilder(with_pip=False).create(target)
+    site = next((target / "lib").glob("python*/site-packages"))
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(hidden) and not (site / entry.name).exists():
+            (site / entry.name).symlink_to(entry)
+    return target / "bin" / "python"
+
+
+@pytest.mark.engine
+@expects(DEFAULT_RELEASE)
+def test_a_broken_engine_install_gives_a_degraded_probe_that_is_never_cached(tmp_path):
+    """The real 0.5.23 install minus apache-tvm-ffi, driven through --engine-python: the parser cannot import."""
+    python = _venv_without(tmp_path, ("tvm_ffi", "apache_tvm_ffi"))
+    work = {"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path / "work")}
+    run = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-python", str(python), "--json", env=work)
+    doc = run.document
+    assert run.returncode == 3 and doc["schema"] == "engine.v1" and not doc["ok"]
+    degraded = doc["engine"]["degraded"]
+    assert degraded["missing_module"] == "tvm_ffi" and "install apache-tvm-ffi" in degraded["hint"]
+    assert doc["engine"]["method"] == "static_source" and doc["engine"]["python"] == str(python)
+    assert doc["cache"]["written"] is False and not Path(doc["cache"]["path"]).exists()
+    accepted = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-python", str(python),
+                          "--accept-degraded-probe", "--json", env=work)
+    assert accepted.returncode == 0 and accepted.document["engine"]["degraded"] == degraded
+    matrix = run_script("bench_diffusion_denoise", "--model", "qwen", "--quality-bcg-matrix", "--dry-run",
+                        "--engine-python", str(python), "--json", env=work)
+    assert matrix.returncode == 3 and matrix.document["error"]["code"] == "engine.probe_degraded"
+    assert "apache-tvm-ffi" in matrix.document["error"]["hint"] and "newer" not in matrix.document["error"]["hint"]
 
 
 @pytest.mark.engine
@@ -41,7 +100,7 @@ def test_second_probe_is_a_cache_hit(installed_probe):
     again = engine_probe.probe_engine(installed_probe.cache_path)
     assert again.cache_hit and again.capabilities == installed_probe.capabilities
     cached = json.loads(installed_probe.cache_path.read_text())
-    assert json.loads(cached["key"])[0] == "0.5.10.post1"
+    assert json.loads(cached["key"])[1:3] == [sys.executable, INSTALLED]
 
 
 @pytest.mark.engine
@@ -50,8 +109,9 @@ def test_static_fallback_agrees_with_argparse_on_the_installed_sources(installed
     static = engine_probe.static_parser_actions(__import__("pathlib").Path(caps.package_dir))
     flags = {o for a in static for o in a["options"] if o.startswith("--")}
     assert flags <= caps.flags
-    # Only the nested --dit-config./--vae-config. flags, built at run time, are beyond a static read.
-    assert all(f.startswith(("--dit-config.", "--vae-config.")) for f in caps.flags - flags)
+    # Only flags built at run time are beyond a static read: the nested --dit-config./--vae-config. ones, and
+    # (0.5.23) the --rollout* group another module contributes.
+    assert all(f.startswith(("--dit-config.", "--vae-config.", "--rollout")) for f in caps.flags - flags)
 
 
 def _fake_package(tmp_path, profiler_text):
@@ -138,4 +198,4 @@ def test_probe_cli_on_the_installed_engine_reads_the_session_cache(installed_pro
                      env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
     assert run.returncode == 0
     assert run.document["engine"] == installed_probe.capabilities.to_json()
-    assert run.document["cache"] == {"path": str(cache), "hit": True}
+    assert run.document["cache"] == {"path": str(cache), "hit": True, "written": False}

@@ -8,7 +8,11 @@ Two probe methods, best first:
    the CPU adapter on PYTHONPATH so the import also works on a GPU-less box, and list its actions (~10 s).
 2. ``static_source``: when that import fails, read the parser-builder sources and collect the literal
    ``add_argument`` option strings with ``ast`` (milliseconds; misses flags built at run time, says so).
-The result is cached under ``<work root>/.cache/`` keyed by version, package path and the sources' mtimes.
+The argparse probe also reads the engine's quality levels and aliases (``sampling_params.QUALITY_LEVELS`` and
+``QUALITY_ALIASES`` where the release has them). Its result is cached under ``<work root>/.cache/`` keyed by the
+engine interpreter, version, package path and the sources' mtimes. When the parser cannot be imported the probe is
+**degraded**: it names the missing module and what to install, it is never cached, and callers refuse it unless
+they asked to accept a degraded probe (``--accept-degraded-probe``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, env, fileio, inputs
+from . import contract, engine_python, env, fileio, inputs
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 180
@@ -40,10 +44,11 @@ PARSER_SOURCES = ("multimodal_gen/runtime/entrypoints/cli/generate.py", "multimo
 PROFILER_SOURCE = "multimodal_gen/runtime/utils/profiler.py"
 # Newest release known to read only SGLANG_TORCH_PROFILER_DIR (used when profiler.py cannot be read).
 LAST_GENERIC_PROFILER_ENV_RELEASE = (0, 5, 10, 1)
+_MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]+)'")
 
 # Flags the engine validates against an enum of its own instead of argparse choices: (flag, module, enum class).
 ENUM_VALIDATED = (("--attention-backend", "sglang.multimodal_gen.runtime.platforms.interface", "AttentionBackendEnum"),)
-PROBE_FORMAT = 2  # part of the cache key: a probe written by an older format is probed again
+PROBE_FORMAT = 3  # part of the cache key: a probe written by an older format is probed again
 
 _INTROSPECT = f"""
 import argparse, enum, importlib, json
@@ -67,7 +72,13 @@ for a in parser._actions:
     if choices is None:
         choices = next((enum_choices[o] for o in a.option_strings if o in enum_choices), None)
     actions.append({{"options": list(a.option_strings), "choices": choices}})
-print({PROBE_MARK!r} + json.dumps(actions))
+levels = aliases = None
+try:
+    from sglang.multimodal_gen.configs.sample import sampling_params as sp
+    levels, aliases = list(sp.QUALITY_LEVELS), dict(sp.QUALITY_ALIASES)
+except (ImportError, AttributeError):
+    pass
+print({PROBE_MARK!r} + json.dumps({{"actions": actions, "quality_levels": levels, "quality_aliases": aliases}}))
 """
 
 
@@ -83,14 +94,34 @@ class EngineCapabilities:
     profiler_dir_env: tuple[str, ...]  # variables the profiler reads for its trace directory, in priority order
     profiler_dir_env_source: str  # source | version_table | builtin
     problems: tuple[str, ...] = ()  # why a better probe method was not used
+    quality_levels: tuple[str, ...] | None = None  # the engine's own canonical levels, strictest first, if it says
+    quality_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)  # alias -> canonical level
+    degraded: Mapping[str, Any] | None = None  # why the parser could not be imported: {reason, missing_module, hint}
+    python: str | None = None  # the interpreter whose sglang this describes
+    # Flag forms the engine's unknown-argument handler takes per component (read from its server_args source):
+    # prefixes such as "--component-attention-backends." and suffixes such as "-path", "-quantization".
+    dynamic_prefixes: tuple[str, ...] = ()
+    dynamic_suffixes: tuple[str, ...] = ()
 
     def has_flag(self, flag: str) -> bool:
         return flag in self.flags
 
+    def flag_acceptance(self, flag: str) -> str | None:
+        """"declared" (the parser has it), "model-dependent" (a per-component or pipeline-contributed form the
+        engine takes, whose component/option only the model can confirm), or None (the engine rejects it)."""
+        if flag in self.flags:
+            return "declared"
+        if any(flag.startswith(p) and len(flag) > len(p) for p in self.dynamic_prefixes):
+            return "model-dependent"
+        if any(flag.endswith(x) and len(flag) > len(x) + 2 for x in self.dynamic_suffixes):
+            return "model-dependent"
+        head = flag.split(".", 1)[0] + "." if "." in flag else None  # --<x>-config.<field>: pipeline configs add them
+        if head and any(f.startswith(head) for f in self.flags):
+            return "model-dependent"
+        return None
+
     def accepts_flag(self, flag: str) -> bool:
-        """True for a declared flag, or a per-component path override (``--<component>-path``), which every
-        release routes through its unknown-argument handler instead of rejecting."""
-        return flag in self.flags or bool(re.fullmatch(r"--[a-z0-9][a-z0-9-]*-path", flag))
+        return self.flag_acceptance(flag) is not None
 
     @property
     def warmup_flag(self) -> str | None:
@@ -111,6 +142,23 @@ class EngineCapabilities:
         return tuple(self.choices.get("--quality", ()))
 
     @property
+    def distinct_quality_levels(self) -> tuple[str, ...]:
+        """The levels that run differently: the engine's canonical levels, aliases left out."""
+        if self.quality_levels is not None:
+            return self.quality_levels
+        return tuple(v for v in (self.quality_values or ()) if v not in self.quality_aliases)
+
+    def canonical_quality(self, level: str | None) -> str | None:
+        """The level a request at ``level`` really runs at (an alias resolved by the engine's own table)."""
+        return None if level is None else self.quality_aliases.get(level, level)
+
+    def degraded_reason(self) -> str:
+        """Why builds that need what the degraded probe lacks refuse, naming what to install."""
+        if not self.degraded:
+            return ""
+        return f"the engine probe is degraded ({self.degraded['reason']}); {self.degraded['hint']}"
+
+    @property
     def offload_flags(self) -> tuple[str, ...]:
         return tuple(f for f in OFFLOAD_FLAGS if f in self.flags)
 
@@ -124,14 +172,25 @@ class EngineCapabilities:
                 "warmup_flag": self.warmup_flag, "has_bcg": self.has_bcg,
                 "quality_values": None if self.quality_values is None else list(self.quality_values),
                 "offload_flags": list(self.offload_flags), "profiler_dir_env": list(self.profiler_dir_env),
-                "profiler_dir_env_source": self.profiler_dir_env_source, "problems": list(self.problems)}
+                "profiler_dir_env_source": self.profiler_dir_env_source, "problems": list(self.problems),
+                "quality_levels": None if self.quality_levels is None else list(self.quality_levels),
+                "quality_aliases": dict(self.quality_aliases),
+                "distinct_quality_levels": list(self.distinct_quality_levels),
+                "degraded": None if self.degraded is None else dict(self.degraded), "python": self.python,
+                "dynamic_flag_forms": {"prefixes": list(self.dynamic_prefixes),
+                                       "suffixes": list(self.dynamic_suffixes)}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "EngineCapabilities":
         return cls(version=data["version"], package_dir=data["package_dir"], method=data["method"],
                    flags=frozenset(data["flags"]), choices={k: tuple(v) for k, v in data["choices"].items()},
                    profiler_dir_env=tuple(data["profiler_dir_env"]),
-                   profiler_dir_env_source=data["profiler_dir_env_source"], problems=tuple(data["problems"]))
+                   profiler_dir_env_source=data["profiler_dir_env_source"], problems=tuple(data["problems"]),
+                   quality_levels=None if data.get("quality_levels") is None else tuple(data["quality_levels"]),
+                   quality_aliases=dict(data.get("quality_aliases") or {}), degraded=data.get("degraded"),
+                   python=data.get("python"),
+                   dynamic_prefixes=tuple((data.get("dynamic_flag_forms") or {}).get("prefixes", ())),
+                   dynamic_suffixes=tuple((data.get("dynamic_flag_forms") or {}).get("suffixes", ())))
 
 
 _RECENT_FLAGS = """
@@ -151,6 +210,7 @@ _RECENT_FLAGS = """
 --return-frames --debug --progressive-mode --dit-precision --vae-precision --vae-tiling --text-encoder-precisions
 --flow-shift --embedded-cfg-scale --adjust-frames --model-variant --component-attention-backends
 --enable-prompt-rewrite --action --streaming --refiner-chunked --use-diffusion-decoder --ltx2-two-stage-device-mode
+--vae-config.parallel-decode-mode
 """
 
 
@@ -159,10 +219,14 @@ def recent_engine_capabilities() -> EngineCapabilities:
     for tests and for dry runs that target a newer engine than the installed one. Not a probe result."""
     return EngineCapabilities(
         version="main", package_dir=None, method="builtin", flags=frozenset(_RECENT_FLAGS.split()),
-        choices={"--quality": ("exact", "lossless", "extra-high", "high"), "--warmup-mode": ("off", "request", "server"),
+        choices={"--quality": ("exact", "lossless", "high", "extra-high"), "--warmup-mode": ("off", "request", "server"),
                  "--backend": ("auto", "sglang", "diffusers"),
                  "--performance-mode": ("manual", "auto", "speed", "memory")},
-        profiler_dir_env=(PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), profiler_dir_env_source="builtin")
+        profiler_dir_env=(PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), profiler_dir_env_source="builtin",
+        quality_levels=("exact", "lossless", "high"), quality_aliases={"extra-high": "lossless"},
+        dynamic_prefixes=("--component-paths.", "--component-weights-paths.", "--component-quantizations.",
+                          "--component-precisions.", "--component-attention-backends."),
+        dynamic_suffixes=("-path", "-weights-path", "-quantization"))
 
 
 def _release_tuple(version: str | None) -> tuple[int, ...]:
@@ -182,6 +246,35 @@ def profiler_dir_env_from_source(package_dir: Path, version: str | None) -> tupl
     if version and _release_tuple(version) <= LAST_GENERIC_PROFILER_ENV_RELEASE:
         return (PROFILER_ENV_GENERIC,), "version_table"
     return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "version_table"
+
+
+_DYNAMIC_PREFIX = re.compile(r"^--[a-z][a-z0-9_-]*\.$")
+_DYNAMIC_SUFFIX = re.compile(r"^-[a-z][a-z0-9-]*$")
+
+
+def dynamic_flag_forms(package_dir: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The per-component flag forms the engine's server_args accept from unknown arguments: literal option
+    prefixes ending in '.' and the suffixes it tests with ``endswith(...)`` or passes as ``alias_suffix``."""
+    prefixes, suffixes = set(), set()
+    for path in _source_files(package_dir):
+        if "server_args" not in str(path):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DYNAMIC_PREFIX.match(node.value):
+                prefixes.add(node.value.replace("_", "-"))
+            elif isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else None
+                values = [a for a in node.args if name == "endswith"]
+                values += [k.value for k in node.keywords if k.arg == "alias_suffix"]
+                for value in values:
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str) and \
+                            _DYNAMIC_SUFFIX.match(value.value):
+                        suffixes.add(value.value)
+    return tuple(sorted(prefixes)), tuple(sorted(suffixes))
 
 
 def _source_files(package_dir: Path) -> list[Path]:
@@ -232,18 +325,28 @@ def static_parser_actions(package_dir: Path) -> list[dict[str, Any]]:
     return actions
 
 
-def _introspect_actions(python: str, adapter_env: Mapping[str, str]) -> list[dict[str, Any]]:
+class ParserImportError(RuntimeError):
+    """Importing sglang's generate parser failed; ``missing_module`` when an import named one."""
+
+    def __init__(self, message: str, missing_module: str | None):
+        super().__init__(message)
+        self.missing_module = missing_module
+
+
+def _introspect(python: str, adapter_env: Mapping[str, str]) -> dict[str, Any]:
     proc = subprocess.run([python, "-c", _INTROSPECT], capture_output=True, text=True, env=dict(adapter_env),
                           timeout=PROBE_TIMEOUT_S, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith(PROBE_MARK):
             return json.loads(line[len(PROBE_MARK):])
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise RuntimeError(f"importing sglang's generate parser failed (exit {proc.returncode}): {last}")
+    lines = proc.stderr.strip().splitlines() or ["no output"]
+    missing = next((m["module"] for m in map(_MISSING_MODULE.search, reversed(lines)) if m), None)
+    raise ParserImportError(f"importing sglang's generate parser failed (exit {proc.returncode}): {lines[-1]}",
+                            missing)
 
 
 def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: str | None, package_dir: Path,
-                              method: str, problems: Iterable[str] = ()) -> EngineCapabilities:
+                              method: str, problems: Iterable[str] = (), **extra: Any) -> EngineCapabilities:
     flags, choices = set(), {}
     for action in actions:
         for option in action["options"]:
@@ -252,19 +355,22 @@ def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: 
                 if action.get("choices"):
                     choices[option] = tuple(action["choices"])
     profiler_env, profiler_source = profiler_dir_env_from_source(package_dir, version)
+    prefixes, suffixes = dynamic_flag_forms(package_dir)
+    extra.setdefault("dynamic_prefixes", prefixes)
+    extra.setdefault("dynamic_suffixes", suffixes)
     return EngineCapabilities(version=version, package_dir=str(package_dir), method=method, flags=frozenset(flags),
                               choices=choices, profiler_dir_env=profiler_env, profiler_dir_env_source=profiler_source,
-                              problems=tuple(problems))
+                              problems=tuple(problems), **extra)
 
 
-def cache_key(version: str | None, package_dir: Path) -> str:
+def cache_key(version: str | None, package_dir: Path, python: str | None = None) -> str:
     mtimes = []
     for path in _source_files(package_dir):
         try:
             mtimes.append(f"{path.relative_to(package_dir)}@{path.stat().st_mtime_ns}")
         except OSError:
             continue
-    return json.dumps([PROBE_FORMAT, version, str(package_dir), sorted(mtimes)])
+    return json.dumps([PROBE_FORMAT, python, version, str(package_dir), sorted(mtimes)])
 
 
 def default_cache_path() -> Path:
@@ -296,35 +402,52 @@ class ProbeResult:
     cache_hit: bool
 
 
-def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, python: str | None = None) -> ProbeResult:
-    """Probe the sglang importable by ``python`` (default: this interpreter), through the cache."""
+def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, python: str | None = None,
+                 accept_degraded: bool = False) -> ProbeResult:
+    """Probe the sglang importable by ``python`` (default: this interpreter), through the cache.
+
+    A degraded probe (the parser did not import) is never cached, and raises ``engine.probe_degraded`` naming the
+    missing module unless ``accept_degraded``."""
     from . import engine_process
 
-    location = env.sglang_location()
+    python = python or sys.executable
+    location = env.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
-                                         "install the engine (see README 'Engine install') in this Python")
+                                         "install the engine (see README 'Engine install') in that Python, or "
+                                         "point --engine-python at the one that has it")
     package_dir, version = Path(location["package_dir"]), location["version"]
     cache_path = cache_path or default_cache_path()
-    key = cache_key(version, package_dir)
+    key = cache_key(version, package_dir, python)
     if not refresh:
         cached = _read_cache(cache_path, key)
         if cached is not None:
             return ProbeResult(cached, cache_path, True)
-    problems = []
     try:
         adapter_env = engine_process.cpu_adapter_env(dict(os.environ))
-        actions = _introspect_actions(python or sys.executable, adapter_env)
-        caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="argparse")
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        problems.append(f"argparse probe failed, read the parser sources instead: {exc}")
+        found = _introspect(python, adapter_env)
+        caps = capabilities_from_actions(
+            found["actions"], version=version, package_dir=package_dir, method="argparse", python=python,
+            quality_levels=None if found.get("quality_levels") is None else tuple(found["quality_levels"]),
+            quality_aliases=found.get("quality_aliases") or {})
+    except (ParserImportError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        missing = getattr(exc, "missing_module", None)
+        degraded = {"reason": str(exc) if missing is None else f"No module named '{missing}'",
+                    "missing_module": missing, "hint": engine_python.install_hint(missing, python, version)}
         actions = static_parser_actions(package_dir)
         if not actions:
             raise contract.PreconditionError(
-                "engine.probe_failed", f"cannot learn the CLI of sglang {version} at {package_dir}: {problems[0]}",
-                "check that `sglang generate --help` works in this Python; fix the engine install first") from exc
+                "engine.probe_failed", f"cannot learn the CLI of sglang {version} at {package_dir}: "
+                f"{degraded['reason']}", degraded["hint"]) from exc
         caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static_source",
-                                         problems=problems)
+                                         problems=[f"argparse probe failed, read the parser sources instead: {exc}"],
+                                         degraded=degraded, python=python)
+        if not accept_degraded:
+            raise contract.PreconditionError(
+                "engine.probe_degraded", f"cannot import the generate parser of sglang {version} at {package_dir}: "
+                f"{degraded['reason']}", degraded["hint"] + "; or pass --accept-degraded-probe to continue with "
+                "what the sources say", details={"missing_module": missing, "engine_version": version}) from exc
+        return ProbeResult(caps, cache_path, False)  # never cached: the next call probes again
     _write_cache(cache_path, key, caps)
     return ProbeResult(caps, cache_path, False)
 

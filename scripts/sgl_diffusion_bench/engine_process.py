@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from . import contract
+from . import contract, engine_python
 from .cpu_adapter import sgl_cpu_adapter
 
 ADAPTER_DIR = Path(__file__).resolve().parent / "cpu_adapter"
@@ -39,15 +39,9 @@ class EngineRun:
     interrupted: bool = False  # Ctrl-C: set on the copy attached to the re-raised KeyboardInterrupt (.engine_run)
 
 
-def sglang_cli() -> list[str]:
-    """The ``sglang`` console script beside this interpreter; else the same entry point through ``python -c``.
-
-    0.5.10.post1's ``sglang.cli.main`` has no ``__main__`` guard, so ``python -m sglang.cli.main`` would do nothing.
-    """
-    script = Path(sys.executable).parent / "sglang"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from sglang.cli.main import main; sys.exit(main())"]
+def sglang_cli(python: str | None = None) -> list[str]:
+    """The ``sglang`` entry point of ``python`` (default: this interpreter); see engine_python.sglang_cli."""
+    return engine_python.sglang_cli(python or sys.executable)
 
 
 def cpu_adapter_env(base: dict[str, str], disable: Iterable[str] = ()) -> dict[str, str]:

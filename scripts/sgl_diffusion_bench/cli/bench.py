@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from . import _engine_args
 from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_probe, env, gpu,
                model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
                warm_campaign)
@@ -43,12 +44,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--label", default="baseline", help="names this run's files: letters, digits, '-'")
     group.add_argument("--output-dir", help="where run directories go (default: <work root>/outputs/diffusion_benchmarks)")
     group.add_argument("--no-warmup", action="store_true", help="do not ask the engine for a warmup request")
-    group.add_argument("--quality", choices=command_builder.BENCHMARK_QUALITY_LEVELS,
-                       help="request quality (default: lossless where the engine has --quality)")
+    group.add_argument("--quality", help="request quality: a level the engine's --quality accepts (0.5.23: exact, "
+                       "lossless, high; extra-high is lossless); default lossless where the engine has --quality")
     group.add_argument("--breakable-cuda-graph", action="store_true", help="BCG comparator run")
     group.add_argument("--bcg-text-buckets", type=_runner.bounded_int(1, 1 << 20), nargs="+", help="positive BCG text buckets (needs BCG or matrix)")
     group.add_argument("--quality-bcg-matrix", action="store_true",
-                       help="the 12-row eager/BCG ABBA matrix across lossless, extra-high, high")
+                       help="eager vs BCG in ABBA rounds for each distinct quality level the engine has "
+                            "(0.5.23: exact, lossless, high)")
     compile_group = group.add_mutually_exclusive_group()
     compile_group.add_argument("--torch-compile", action="store_true", help="torch.compile comparator (opt-in)")
     compile_group.add_argument("--no-torch-compile", action="store_true", help="legacy spelling of the default")
@@ -109,6 +111,7 @@ def build_parser() -> _runner.Parser:
     filters.add_argument("--max-gpus", type=_runner.bounded_int(0, 1024), help="keep presets needing at most this many GPUs")
     parser.add_argument("--nightly-config", help="comparison_configs.json (default: in the sglang checkout)")
     parser.add_argument("--refresh-probe", action="store_true", help="ignore the cached engine probe")
+    _engine_args.add_engine_options(parser)
     parser.add_argument("--assets-base-url", help="fetch every asset by file name from this mirror URL instead")
     parser.add_argument("--replay-without-bcg", action="store_true",
                         help="--bcg-replay with both engines eager: the sequence itself, on an engine without CUDA "
@@ -169,12 +172,14 @@ def campaign_mode(args: argparse.Namespace) -> str:
 
 
 def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> campaign.Campaign:
+    if campaign_mode(args) == "matrix" and caps.degraded and not caps.distinct_quality_levels:
+        raise contract.PreconditionError("engine.probe_degraded", "the quality x BCG matrix needs the engine's quality "
+                                         "levels, which a degraded probe cannot read", caps.degraded_reason())
     rounds = args.budget_rounds if args.until_verdict else args.rounds
     return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
                          bcg=args.breakable_cuda_graph,
                          arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
-                         engine_qualities=[q for q in command_builder.BENCHMARK_QUALITY_LEVELS
-                                           if q in (caps.quality_values or ())] or None)
+                         engine_qualities=list(caps.distinct_quality_levels) or None)
 
 
 def engine_capabilities(args: argparse.Namespace) -> engine_probe.EngineCapabilities:
@@ -182,7 +187,7 @@ def engine_capabilities(args: argparse.Namespace) -> engine_probe.EngineCapabili
     if spec == "recent":
         return engine_probe.recent_engine_capabilities()
     if spec == "installed":
-        return engine_probe.probe_engine(refresh=args.refresh_probe).capabilities
+        return _engine_args.probe(args, refresh=args.refresh_probe).capabilities
     return engine_probe.load_capabilities_file(Path(spec))
 
 
@@ -285,14 +290,19 @@ def _validate_nightly(args: argparse.Namespace) -> _runner.Result:
 
 def _probe(args: argparse.Namespace) -> _runner.Result:
     if args.engine_capabilities == "installed":
-        result = engine_probe.probe_engine(refresh=args.refresh_probe)
-        caps, cache = result.capabilities, {"path": str(result.cache_path), "hit": result.cache_hit}
+        result = _engine_args.probe(args, refresh=args.refresh_probe, accept_degraded=True)
+        caps = result.capabilities
+        cache = {"path": str(result.cache_path), "hit": result.cache_hit, "written": not caps.degraded}
     else:
         caps, cache = engine_capabilities(args), None
-    doc = contract.envelope("engine.v1", TOOL, engine=caps.to_json(), cache=cache)
+    refused = bool(caps.degraded) and not args.accept_degraded_probe
+    doc = contract.envelope("engine.v1", TOOL, ok=not refused, engine=caps.to_json(), cache=cache)
     text = (f"{caps.label} (probe: {caps.method}); warmup flag {caps.warmup_flag}; BCG {caps.has_bcg}; quality "
-            f"{caps.quality_values}; profiler dir env {list(caps.profiler_dir_env)}; {len(caps.flags)} flags")
-    return _runner.Result(doc, text)
+            f"levels {list(caps.distinct_quality_levels)} aliases {dict(caps.quality_aliases)}; profiler dir env "
+            f"{list(caps.profiler_dir_env)}; {len(caps.flags)} flags")
+    if caps.degraded:
+        text += f"\nDEGRADED: {caps.degraded_reason()} (not cached)"
+    return _runner.Result(doc, text, exit_code=int(contract.ExitCode.PRECONDITION) if refused else 0)
 
 
 def _fetch(args: argparse.Namespace) -> _runner.Result:

@@ -72,7 +72,7 @@ def profile_invocation(args: argparse.Namespace, preset: presets.Preset, caps, *
                                          warmup=not args.no_warmup, breakable_cuda_graph=args.breakable_cuda_graph,
                                          extra_args=(*extra, *profile_flags, *bench_runner.port_args_for(caps)))
     invocation = command_builder.build_invocation(
-        preset, options, caps, sglang_cli=[*engine_process.sglang_cli(), "generate"], output_root=output_root,
+        preset, options, caps, sglang_cli=[*engine_process.sglang_cli(caps.python), "generate"], output_root=output_root,
         assets_dir=env.assets_dir(), caller_env=dict(os.environ),
         model_path=str(model_path) if model_path else None,
         asset_filenames={a.id: a.filename for a in assets.load_manifest()})

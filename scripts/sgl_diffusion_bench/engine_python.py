@@ -1,0 +1,160 @@
+"""Which Python interpreter's sglang the bundle drives, and what that interpreter has installed.
+
+sglang often lives where the serving stack lives (another virtualenv, a container's Python), not beside the bundle.
+``--engine-python PATH`` (or ``DIFFUSION_BENCH_ENGINE_PYTHON``) names that interpreter; the probe, ``inspect``, the
+benchmark and the profiler then ask it, never this process, what it can import. Without either, the engine is the
+sglang of this interpreter. The variable is not SGL_*/SGLANG_*: sglang claims those names as its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import contract
+
+ENV_VAR = "DIFFUSION_BENCH_ENGINE_PYTHON"
+QUERY_TIMEOUT_S = 60
+# Import name -> distribution to install, where they differ (the modules a broken engine install misses most).
+MODULE_DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "imageio_ffmpeg": "imageio-ffmpeg", "cv2": "opencv-python-headless",
+                        "PIL": "pillow", "yaml": "pyyaml", "zmq": "pyzmq", "sklearn": "scikit-learn",
+                        "skimage": "scikit-image", "dateutil": "python-dateutil", "cache_dit": "cache-dit",
+                        "compressed_tensors": "compressed-tensors", "partial_json_parser": "partial-json-parser"}
+_MARK = "@@ENGINE-PYTHON@@"
+# Finds packages without importing them (importing sglang costs seconds and can fail in ways that are findings).
+_QUERY = f"""
+import importlib.metadata as md, importlib.util, json, sys
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+spec = importlib.util.find_spec("sglang")
+requires = []
+try:
+    requires = md.requires("sglang") or []
+except md.PackageNotFoundError:
+    pass
+print({_MARK!r} + json.dumps({{"executable": sys.executable, "python_version": sys.version.split()[0],
+      "sglang_origin": spec.origin if spec else None, "sglang": version("sglang"), "torch": version("torch"),
+      "sglang_requires": requires}}))
+"""
+
+
+def resolve(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The engine interpreter: ``--engine-python``, else $DIFFUSION_BENCH_ENGINE_PYTHON, else this one."""
+    environ = os.environ if environ is None else environ
+    value = cli_value or environ.get(ENV_VAR) or ""
+    if not value:
+        return sys.executable
+    path = Path(value).expanduser()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        source = "--engine-python" if cli_value else f"${ENV_VAR}"
+        raise contract.UsageError("usage.bad_engine_python", f"{source} {value!r} is not an executable file",
+                                  "pass the python of the environment where sglang is installed, e.g. "
+                                  "/opt/serving/.venv/bin/python")
+    return str(path.absolute())  # not resolved: a venv's python is a symlink whose target has no venv
+
+
+def is_own(python: str) -> bool:
+    return Path(python).absolute() == Path(sys.executable).absolute()
+
+
+def describe(python: str) -> dict[str, Any]:
+    """What ``python`` has installed: its version, sglang's location/version/declared requirements, torch's version."""
+    try:
+        proc = subprocess.run([python, "-c", _QUERY], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
+                              check=False, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise contract.PreconditionError("engine.python_unusable", f"cannot run the engine interpreter {python}: "
+                                         f"{exc}", "pass a working interpreter with --engine-python") from exc
+    for line in proc.stdout.splitlines():
+        if line.startswith(_MARK):
+            return json.loads(line[len(_MARK):])
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise contract.PreconditionError("engine.python_unusable", f"the engine interpreter {python} failed "
+                                     f"(exit {proc.returncode}): {last}", "pass a working interpreter with "
+                                     "--engine-python")
+
+
+def sglang_location(python: str) -> dict[str, Any]:
+    """env.sglang_location()'s shape, for the sglang that ``python`` imports."""
+    info = describe(python)
+    if not info["sglang_origin"]:
+        return {"installed": False, "package_dir": None, "version": None, "checkout_root": None,
+                "reason": f"sglang is not importable in {python}"}
+    package_dir = Path(info["sglang_origin"]).resolve().parent
+    checkout = package_dir.parents[1] if package_dir.parent.name == "python" and \
+        (package_dir.parents[1] / ".git").exists() else None
+    return {"installed": True, "package_dir": str(package_dir), "version": info["sglang"],
+            "checkout_root": str(checkout) if checkout else None, "reason": None}
+
+
+def sglang_cli(python: str) -> list[str]:
+    """The ``sglang`` console script beside ``python``; else the same entry point through ``python -c``.
+
+    0.5.10.post1's ``sglang.cli.main`` has no ``__main__`` guard, so ``python -m sglang.cli.main`` would do nothing.
+    """
+    script = Path(python).parent / "sglang"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [python, "-c", "import sys; from sglang.cli.main import main; sys.exit(main())"]
+
+
+GENERATE_ENTRY = "sglang.multimodal_gen.runtime.entrypoints.cli.generate"
+IMPORT_TIMEOUT_S = 300
+
+
+def import_check(python: str, child_env: Mapping[str, str]) -> dict[str, Any]:
+    """Import sglang's generate entry point in a child ``python`` (the CPU adapter on PYTHONPATH where the caller put
+    it): {ok, module, missing_module, error, seconds}. A failure here is what `sglang generate` would hit first."""
+    import re
+    import time
+
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([python, "-c", f"import {GENERATE_ENTRY}"], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S, check=False, env=dict(child_env))
+        lines = proc.stderr.strip().splitlines()
+        ok, error = proc.returncode == 0, None if proc.returncode == 0 else (lines or ["no output"])[-1]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        ok, lines, error = False, [], str(exc)
+    missing = next((m[1] for m in map(re.compile(r"No module named '([\w.]+)'").search, reversed(lines)) if m), None)
+    return {"ok": ok, "module": GENERATE_ENTRY, "missing_module": None if ok else missing,
+            "error": contract.redact(error) if error else None, "seconds": round(time.monotonic() - start, 2)}
+
+
+def torch_requirement(python_info: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The torch requirement sglang declares (base dependencies, no extras) against the installed torch; None when
+    sglang declares none. {declared, installed, met}."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    for text in python_info.get("sglang_requires") or ():
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if requirement.name != "torch" or (requirement.marker and "extra" in str(requirement.marker)):
+            continue
+        installed = python_info.get("torch")
+        try:
+            met = installed is not None and requirement.specifier.contains(Version(installed).base_version,
+                                                                           prereleases=True)
+        except InvalidVersion:
+            met = False
+        return {"declared": f"torch{requirement.specifier}", "installed": installed, "met": met}
+    return None
+
+
+def install_hint(missing_module: str | None, python: str, version: str | None) -> str:
+    """What to install so the parser imports, naming the distribution (not the import name)."""
+    if missing_module is None:
+        return f"check that `{python} -m sglang.cli.main generate --help` works; fix the engine install first"
+    distribution = MODULE_DISTRIBUTIONS.get(missing_module.split(".")[0], missing_module.split(".")[0])
+    where = f" (this bundle's CPU install set: requirements/engine-{version}-cpu.txt)" if version else ""
+    return f"install {distribution}: `{python} -m pip install {distribution}`{where}"
