@@ -6,12 +6,16 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
 from conftest import HF_TOKEN_CANARY, run_script
-from sgl_diffusion_bench import assets, command_builder as cb, contract, engine_probe, presets
+from sgl_diffusion_bench import assets, command_builder as cb, contract, engine_probe, engine_process, presets
 
 RECENT = engine_probe.recent_engine_capabilities()
 CLI = ("sglang", "generate")
@@ -62,6 +66,7 @@ def test_an_incomplete_preset_is_refused_naming_what_is_unknown():
 
 
 @pytest.mark.engine
+@expects(OLDER_RELEASE)
 def test_every_preset_builds_against_the_installed_engine_or_is_refused_naming_flag_and_version(installed):
     outcomes = {}
     for preset in presets.load_presets():
@@ -79,6 +84,7 @@ def test_every_preset_builds_against_the_installed_engine_or_is_refused_naming_f
 
 
 @pytest.mark.engine
+@expects(OLDER_RELEASE)
 def test_refusals_on_the_installed_engine_are_specific(installed):
     with pytest.raises(contract.PreconditionError) as info:
         build("flux", installed)
@@ -200,7 +206,10 @@ def test_run_ids_never_collide_across_labels_arms_and_slots():
     (dict(torch_compile=True, breakable_cuda_graph=True), "usage.conflicting_comparators"),
     (dict(bcg_text_buckets=(64,)), "usage.buckets_without_bcg"),
     (dict(breakable_cuda_graph=True, bcg_text_buckets=(0,)), "usage.bad_buckets"),
-    (dict(quality="ultra"), "usage.bad_quality"),
+    (dict(warmup_steps=0), "usage.bad_warmup_steps"),
+    (dict(component_residency=("dit",)), "usage.bad_component_residency"),
+    (dict(component_residency=("dit=elsewhere",)), "usage.bad_component_residency"),
+    (dict(warmup=False, warmup_mode="server"), "usage.rejected_combination"),
     (dict(label="my_label"), "usage.bad_label"),
     (dict(label="a/b"), "usage.bad_label"),
     (dict(label="base.1"), "usage.bad_label"),
@@ -262,7 +271,7 @@ def test_dry_run_matrix_has_twelve_abba_rows_with_buckets_only_on_bcg(tmp_path):
                      env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
     runs = run.document["runs"]
     assert [tuple(r["run_id"].split("__")[2:]) for r in runs] == [
-        (f"{m}-{q}", f"r01p{p:02d}") for q in ("lossless", "extra-high", "high")
+        (f"{m}-{q}", f"r01p{p:02d}") for q in ("exact", "lossless", "high")
         for p, m in enumerate(("eager", "bcg", "bcg", "eager"), start=1)]
     for r in runs:
         bcg = "--enable-breakable-cuda-graph" in r["argv"]
@@ -273,6 +282,7 @@ def test_dry_run_matrix_has_twelve_abba_rows_with_buckets_only_on_bcg(tmp_path):
 
 
 @pytest.mark.engine
+@expects(OLDER_RELEASE)
 def test_dry_run_refusal_on_the_installed_engine_exits_3(installed, tmp_path):
     saved = tmp_path / "engine.json"
     saved.write_text(json.dumps(contract.envelope("engine.v1", "t", engine=installed.to_json(), cache=None)))
@@ -281,3 +291,106 @@ def test_dry_run_refusal_on_the_installed_engine_exits_3(installed, tmp_path):
     assert run.returncode == 3 and run.document["schema"] == "bench-plan.v1" and not run.document["ok"]
     assert run.document["refusals"][0]["code"] == "engine.flag_missing"
     assert "--component-residency" in run.document["refusals"][0]["message"]
+
+
+def test_quality_levels_come_from_the_engine_and_the_report_records_the_level_run():
+    assert RECENT.distinct_quality_levels == ("exact", "lossless", "high")  # extra-high is an alias, not a level
+    exact = build("qwen", quality="exact")
+    assert "--quality=exact" in exact.argv and exact.quality_level == "exact"
+    alias = build("qwen", quality="extra-high")
+    assert alias.quality == {"requested": "extra-high", "ran": "lossless", "source": alias.quality["source"]}
+    assert "extra-high -> lossless" in alias.quality["source"]
+    overridden = build("qwen", extra_args=("--quality", "exact"))  # the engine keeps the last --quality
+    assert overridden.quality_level == "exact" and build("qwen").quality_level == "lossless"
+    with pytest.raises(contract.PreconditionError) as info:
+        build("qwen", quality="ultra")
+    assert info.value.code == "engine.quality_unsupported" and "exact|lossless|high|extra-high" in info.value.message
+
+
+def test_per_component_and_pipeline_flags_are_accepted_with_a_warning():
+    inv = build("qwen", extra_args=("--transformer-quantization", "fp8", "--component-attention-backends.transformer",
+                                    "torch_sdpa", "--vae-config.some-new-field", "1"))
+    warned = [m for c, m in inv.warnings if c == "engine.flag_model_dependent"]
+    assert len(warned) == 3 and all("only known once the model loads" in m for m in warned)
+    with pytest.raises(contract.PreconditionError) as info:
+        build("qwen", extra_args=("--no-such-flag",))
+    assert info.value.details["missing_flags"] == ["--no-such-flag"]
+
+
+def test_first_class_engine_options_are_validated_against_the_probe():
+    inv = build("qwen", warmup_mode="server", warmup_steps=2, performance_mode="manual",
+                component_residency=("dit=resident", "vae=component-offload"))
+    argv = list(inv.argv)
+    assert argv[argv.index("--warmup-mode") + 1] == "server" and argv.count("--warmup-mode") == 1
+    assert argv[argv.index("--warmup-steps") + 1] == "2" and argv[argv.index("--performance-mode") + 1] == "manual"
+    assert argv[argv.index("--component-residency") + 1:][:2] == ["dit=resident", "vae=component-offload"]
+    with pytest.raises(contract.PreconditionError) as info:
+        build("qwen", performance_mode="turbo")
+    assert info.value.code == "engine.choice_unsupported" and "manual|auto|speed|memory" in info.value.message
+    older = dataclasses.replace(RECENT, flags=RECENT.flags - {"--performance-mode"})
+    with pytest.raises(contract.PreconditionError) as info:
+        build("qwen", older, performance_mode="manual")
+    assert info.value.details["missing_flags"] == ["--performance-mode"]
+
+
+def test_a_degraded_probe_refuses_with_its_reason_not_with_upgrade_advice():
+    degraded = dataclasses.replace(RECENT, choices={}, degraded={
+        "reason": "No module named 'tvm_ffi'", "missing_module": "tvm_ffi", "hint": "install apache-tvm-ffi"})
+    with pytest.raises(contract.PreconditionError) as info:
+        build("qwen", degraded)
+    assert info.value.code == "engine.probe_degraded" and "install apache-tvm-ffi" in info.value.hint
+    assert "newer" not in info.value.hint
+
+
+@pytest.mark.engine
+@expects(DEFAULT_RELEASE)
+def test_every_matrix_argv_parses_with_the_installed_engines_own_parser(installed, tmp_path):
+    """0.5.23's real generate parser (plus its unknown-argument handler for per-component flags) accepts every argv
+    the builder emits for the quality x BCG matrix, flux A/B/B/A, video, image edit and BCG with buckets."""
+    runs = []
+    for model, extra in (("qwen", ["--quality-bcg-matrix", "--rounds", "1", "--bcg-text-buckets", "64", "128"]),
+                         ("flux", ["--campaign", "abba", "--rounds", "1"]), ("wan-t2v", []), ("qwen-edit", []),
+                         ("tiny-flux-cpu", ["--breakable-cuda-graph", "--warmup-mode", "server", "--warmup-steps",
+                                            "1", "--performance-mode", "manual", "--component-residency",
+                                            "all=resident"])):
+        saved = tmp_path / "engine.json"
+        saved.write_text(json.dumps(contract.envelope("engine.v1", "t", engine=installed.to_json(), cache=None)))
+        run = run_script("bench_diffusion_denoise", "--model", model, *extra, "--dry-run", "--engine-capabilities",
+                         str(saved), "--json", env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+        assert run.returncode == 0, run.stdout[-2000:]
+        runs += run.document["runs"]
+    matrix = [r for r in runs if "-exact" in r["run_id"] or "-lossless" in r["run_id"] or "-high" in r["run_id"]]
+    assert sorted({r["run_id"].split("__")[2] for r in matrix}) == sorted(
+        f"{m}-{q}" for q in ("exact", "lossless", "high") for m in ("eager", "bcg"))
+    check = tmp_path / "parse.py"
+    check.write_text(PARSE_WITH_ENGINE)
+    argvs = tmp_path / "argvs.json"
+    argvs.write_text(json.dumps([r["argv"][r["argv"].index("generate") + 1:] if "generate" in r["argv"]
+                                 else r["argv"][2:] for r in runs]))
+    proc = subprocess.run([sys.executable, str(check), str(argvs)], capture_output=True, text=True, timeout=600,
+                          env=engine_process.cpu_adapter_env(dict(os.environ)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == f"parsed={len(runs)}"
+
+
+# Parses each argv with sglang's own generate parser, then hands the leftovers to ServerArgs' unknown-argument
+# handler, exactly as `sglang generate` does; anything left over is an error.
+PARSE_WITH_ENGINE = """
+import argparse, json, sys
+from sglang.multimodal_gen.runtime.entrypoints.cli.generate import add_multimodal_gen_generate_args
+from sglang.multimodal_gen.runtime.server_args import ServerArgs
+parser = argparse.ArgumentParser(allow_abbrev=False)
+add_multimodal_gen_generate_args(parser)
+argvs = json.load(open(sys.argv[1]))
+for argv in argvs:
+    argv = [a for a in argv if a != "--backend=sglang"] + ["--backend", "sglang"]
+    _, unknown = parser.parse_known_args(argv)
+    for extract in ("_extract_component_paths", "_extract_component_weights_paths",
+                    "_extract_component_quantizations", "_extract_component_precisions",
+                    "_extract_component_attention_backends"):
+        if unknown and hasattr(ServerArgs, extract):
+            _, unknown = getattr(ServerArgs, extract)(unknown)
+    if unknown:
+        sys.exit(f"unrecognized by the engine: {unknown} in {argv}")
+print(f"parsed={len(argvs)}")
+"""

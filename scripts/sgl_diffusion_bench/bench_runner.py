@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_process, env, fileio,
-               host_load, log_gates, model_cache, report, request_path, run_claim, run_record, sequential, stats,
+               host_load, log_markers, model_cache, report, request_path, run_claim, run_record, sequential, stats,
                validity, warm_campaign)
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .run_record import reproduce_command  # noqa: F401 (the runner's API)
@@ -42,6 +42,10 @@ class CampaignSettings:
     primary_metric: str = "e2e_ms"
     discard_outliers: bool = False
     warmup: bool = True
+    warmup_mode: str | None = None
+    warmup_steps: int | None = None
+    component_residency: tuple[str, ...] = ()
+    performance_mode: str | None = None
     torch_compile: bool = False
     bcg_text_buckets: tuple[int, ...] = ()
     extra_args: tuple[str, ...] = ()
@@ -122,12 +126,12 @@ class CampaignRunner:
         self.leased_gpu_uuids: list[str] = []  # set by the caller that holds the campaign's GPU lease
         self.use_cpu_adapter = use_cpu_adapter
         self.foreign_check = foreign_check
-        self.markers = log_gates.markers_for_version(engine.version)
+        self.markers = log_markers.markers_for_version(engine.version)
         if settings.engine_mode not in ENGINE_MODES:
             raise contract.UsageError("usage.bad_engine_mode", f"engine mode {settings.engine_mode!r} is not one of "
                                       f"{', '.join(ENGINE_MODES)}", "use --engine cold or --engine warm")
-        self.cli_prefix = [*engine_process.sglang_cli(), "generate"]
-        self.engine_python = sys.executable  # the warm driver runs under the engine's interpreter
+        self.cli_prefix = [*engine_process.sglang_cli(engine.python), "generate"]
+        self.engine_python = engine.python or sys.executable  # the warm driver runs under the engine's interpreter
         self._warm: warm_campaign.WarmCampaign | None = None
         self.looks: list[dict[str, Any]] = []  # --until-verdict: one entry per look at the change
         if settings.stopping is not None and (plan.baseline_arm is None or plan.mode == "matrix"):
@@ -152,7 +156,10 @@ class CampaignRunner:
         arm = self.plan.arms[slot.arm]
         options = command_builder.RunOptions(
             label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,
-            position=slot.position_number, sample=slot.sample, quality=arm.quality, warmup=self.settings.warmup, breakable_cuda_graph=arm.bcg,
+            position=slot.position_number, sample=slot.sample, quality=arm.quality, warmup=self.settings.warmup,
+            warmup_mode=self.settings.warmup_mode, warmup_steps=self.settings.warmup_steps,
+            component_residency=self.settings.component_residency, performance_mode=self.settings.performance_mode,
+            breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
             extra_args=(*self.settings.extra_args, *arm.extra_args, *port_args_for(self.engine)))
@@ -327,7 +334,10 @@ class CampaignRunner:
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        gate, facts = engine_args.log_gate(self.markers, invocation.argv, arm), engine_args.EngineRunFacts()
+        gate = engine_args.log_gate(self.markers, invocation.argv, arm, quality=invocation.quality_level)
+        facts = engine_args.EngineRunFacts()
+        if invocation.quality is not None:
+            cell["quality"] = dict(invocation.quality)  # the level the engine ran, aliases resolved
         adapter = request_path.run_cold(
             cell, argv=invocation.argv, env=self._child_env(invocation, prepared), run_dir=invocation.run_dir,
             gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,

@@ -22,7 +22,9 @@ from . import contract, engine_args, hf_settings
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
-BENCHMARK_QUALITY_LEVELS = ("lossless", "extra-high", "high")
+DEFAULT_QUALITY = "lossless"  # every release with --quality defaults to it; pinned so runs stay comparable
+WARMUP_MODE_DEFAULT = "request"
+RESIDENCY_MODES = ("resident", "component-offload", "snapshot-offload", "layerwise-offload")  # 0.5.23 server_args
 # No '_' (run ids join their parts with '__') and no '.' (so "<run id>.*" never matches a longer run id).
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
 BENCH_ENV_DEFAULTS = {"FLASHINFER_DISABLE_VERSION_CHECK": "1", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING": "1"}
@@ -43,6 +45,7 @@ MISSING_FLAG_HINTS = {
                              "--dit-cpu-offload false --text-encoder-cpu-offload false",
     "--performance-mode": "this engine has no performance modes (it always auto-fills unset offload flags): "
                           "upgrade sglang or pick another preset",
+    "--warmup-steps": "this engine has no --warmup-steps (its warmup request runs the full step count)",
 }
 # Where to set a flag that the tool already builds, instead of repeating it in --extra-args.
 DUPLICATE_FLAG_HINTS = {
@@ -67,6 +70,10 @@ class RunOptions:
     sample: int | None = None  # the n-th measured request of one slot (--samples), 1-based
     quality: str | None = None  # None: the engine's default, pinned as lossless where --quality exists
     warmup: bool = True
+    warmup_mode: str | None = None  # --warmup-mode off|request|server (None: request when warmup, as the reference)
+    warmup_steps: int | None = None  # --warmup-steps: denoise steps per warmup request
+    component_residency: tuple[str, ...] = ()  # --component-residency COMPONENT=MODE ...
+    performance_mode: str | None = None  # --performance-mode manual|auto|speed|memory
     breakable_cuda_graph: bool = False
     bcg_text_buckets: tuple[int, ...] = ()
     torch_compile: bool = False
@@ -78,9 +85,18 @@ class RunOptions:
             if value is not None and not LABEL_PATTERN.match(value):
                 raise contract.UsageError("usage.bad_label", f"{name} {value!r} must match {LABEL_PATTERN.pattern}",
                                           "use letters, digits and '-'")
-        if self.quality is not None and self.quality not in BENCHMARK_QUALITY_LEVELS:
-            raise contract.UsageError("usage.bad_quality", f"quality {self.quality!r} is not one of "
-                                      f"{', '.join(BENCHMARK_QUALITY_LEVELS)}", "pick one of those")
+        if self.warmup_steps is not None and self.warmup_steps < 1:
+            raise contract.UsageError("usage.bad_warmup_steps", f"--warmup-steps must be at least 1, got "
+                                      f"{self.warmup_steps}", "use --warmup-steps 1")
+        for entry in self.component_residency:
+            component, _, mode = entry.partition("=")
+            if not component or mode not in RESIDENCY_MODES:
+                raise contract.UsageError("usage.bad_component_residency", f"--component-residency {entry!r} is not "
+                                          f"COMPONENT=MODE with MODE one of {', '.join(RESIDENCY_MODES)}",
+                                          "e.g. --component-residency all=resident")
+        if self.warmup_mode is not None and not self.warmup and self.warmup_mode != "off":
+            raise contract.UsageError("usage.rejected_combination", f"--no-warmup with --warmup-mode "
+                                      f"{self.warmup_mode}", "drop one of them")
         if self.torch_compile and self.breakable_cuda_graph:
             raise contract.UsageError("usage.conflicting_comparators", "torch.compile and breakable CUDA graphs "
                                       "are separate comparators and cannot be combined in one run",
@@ -126,6 +142,7 @@ class Invocation:
     required_assets: tuple[Path, ...]
     requires_hf_token: bool
     warnings: tuple[tuple[str, str], ...]
+    quality: Mapping[str, Any] | None = None  # {requested, ran, source}: the level the engine runs this request at
 
     def child_env(self, caller_env: Mapping[str, str]) -> dict[str, str]:
         """The child's environment: the caller's plus this invocation's changes."""
@@ -145,8 +162,13 @@ class Invocation:
                               "output_dir": str(self.output_dir), "output_file_stem": self.output_file_stem,
                               "config_path": str(self.config_path) if self.config_path else None},
                 "config_content": self.config_content, "required_assets": [str(p) for p in self.required_assets],
-                "requires_hf_token": self.requires_hf_token,
-                "warnings": [{"code": c, "message": m} for c, m in self.warnings]}
+                "requires_hf_token": self.requires_hf_token, "quality": None if self.quality is None else
+                dict(self.quality), "warnings": [{"code": c, "message": m} for c, m in self.warnings]}
+
+    @property
+    def quality_level(self) -> str | None:
+        """The canonical level the engine runs at (an alias resolved); None on an engine without --quality."""
+        return None if self.quality is None else self.quality["ran"]
 
 
 def flag_of(token: str) -> str | None:
@@ -175,6 +197,27 @@ def parse_cli_tokens(tokens: Sequence[str]) -> dict[str, str]:
     return parsed
 
 
+def last_value(tokens: Sequence[str], flag: str) -> str | None:
+    """The value argparse keeps for ``flag`` (the last occurrence wins), in ``--f=v`` or ``--f v`` form."""
+    value = None
+    for i, token in enumerate(tokens):
+        if token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+        elif token == flag and i + 1 < len(tokens):
+            value = tokens[i + 1]
+    return value
+
+
+def _require_choice(engine: EngineCapabilities, flag: str, value: str | None) -> None:
+    """A first-class option's flag must exist in the engine, and its value be one the engine's parser accepts."""
+    if not engine.has_flag(flag):
+        _refuse_missing([flag], engine, f"{flag}{' ' + value if value else ''}")
+    choices = engine.choices.get(flag)
+    if value is not None and choices and value not in choices:
+        raise contract.PreconditionError("engine.choice_unsupported", f"{engine.label} accepts {flag} "
+                                         f"{'|'.join(choices)}, not {value!r}", "pick one the engine accepts")
+
+
 def output_file_stem(rid: str) -> str:
     """The media file name the engine keeps as given: sglang sanitises ``--output-file-name`` (it collapses ``__``
     to ``_``), so a name passed with ``__`` is saved under another name and the artifact gate would miss it.
@@ -189,6 +232,11 @@ def run_id(preset: Preset, options: RunOptions) -> str:
 
 
 def _refuse_missing(missing: list[str], engine: EngineCapabilities, where: str) -> None:
+    if engine.degraded:  # the flags may well exist: the degraded probe only read the sources
+        raise contract.PreconditionError(
+            "engine.probe_degraded", f"{engine.label}: cannot confirm {', '.join(missing)} (needed by {where}) "
+            "because the probe could not import the engine's parser", engine.degraded_reason(),
+            details={"missing_flags": missing, "engine_version": engine.version})
     hints = [f"{flag}: {MISSING_FLAG_HINTS.get(flag, 'upgrade sglang or choose a preset without it')}"
              for flag in missing]
     raise contract.PreconditionError(
@@ -262,21 +310,35 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
         warnings.append(("engine.no_quality_levels", f"{engine.label} has no --quality; the run uses the "
                          "engine's only numerics (comparable to other runs on this engine only)"))
     else:
-        quality = options.quality or "lossless"
-        if engine.quality_values and quality not in engine.quality_values:
+        quality = options.quality or DEFAULT_QUALITY
+        if not engine.quality_values:
+            _refuse_missing(["--quality"], engine, f"--quality {quality}")
+        if quality not in engine.quality_values:
             raise contract.PreconditionError(
                 "engine.quality_unsupported", f"{engine.label} accepts --quality {'|'.join(engine.quality_values)}, "
                 f"not {quality!r}", "pick one the engine accepts")
         argv.append(f"--quality={quality}")
     if options.save_output:
         argv.append("--save-output")
-    if options.warmup and not preset_flags & set(WARMUP_FLAGS):
+    if options.warmup_mode is not None:
+        _require_choice(engine, "--warmup-mode", options.warmup_mode)
+        argv += ["--warmup-mode", options.warmup_mode]
+    elif options.warmup and not preset_flags & set(WARMUP_FLAGS):
         if engine.warmup_flag == "--warmup-mode":
-            argv += ["--warmup-mode", "request"]
+            argv += ["--warmup-mode", WARMUP_MODE_DEFAULT]
         elif engine.warmup_flag == "--warmup":
             argv.append("--warmup")
         else:
             _refuse_missing(["--warmup-mode"], engine, "warmup (pass --no-warmup to run cold)")
+    if options.warmup_steps is not None:
+        _require_choice(engine, "--warmup-steps", None)
+        argv += ["--warmup-steps", str(options.warmup_steps)]
+    if options.performance_mode is not None:
+        _require_choice(engine, "--performance-mode", options.performance_mode)
+        argv += ["--performance-mode", options.performance_mode]
+    if options.component_residency:
+        _require_choice(engine, "--component-residency", None)
+        argv += ["--component-residency", *options.component_residency]
     if options.breakable_cuda_graph:
         if not engine.has_bcg:
             _refuse_missing(["--enable-breakable-cuda-graph"], engine, "--breakable-cuda-graph")
@@ -304,9 +366,27 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     _refuse_duplicates(argv[len(sglang_cli):len(argv) - len(options.extra_args)], options.extra_args)
     argv += options.extra_args
 
-    missing = sorted({f for f in map(flag_of, argv[len(sglang_cli):]) if f and not engine.accepts_flag(f)})
+    engine_argv = argv[len(sglang_cli):]
+    missing, model_dependent = [], []
+    for flag in dict.fromkeys(filter(None, map(flag_of, engine_argv))):
+        accepted = engine.flag_acceptance(flag)
+        if accepted is None:
+            missing.append(flag)
+        elif accepted == "model-dependent":
+            model_dependent.append(flag)
     if missing:
-        _refuse_missing(missing, engine, f"preset {preset.name!r} with these options")
+        _refuse_missing(sorted(missing), engine, f"preset {preset.name!r} with these options")
+    for flag in model_dependent:
+        warnings.append(("engine.flag_model_dependent", f"{flag} is a per-component or pipeline-contributed flag: "
+                         f"{engine.label} accepts its form, but whether the model has that component or pipeline "
+                         "option is only known once the model loads"))
+    quality_record = None
+    if engine.quality_values is not None:
+        passed = last_value(engine_argv, "--quality")
+        quality_record = {"requested": passed, "ran": engine.canonical_quality(passed),
+                          "source": "the last --quality on the argv, resolved by the engine's alias table"
+                          + (f" ({passed} -> {engine.canonical_quality(passed)})"
+                             if passed != engine.canonical_quality(passed) else "")}
     if engine.version and "--performance-mode" not in engine.flags and "--dit-cpu-offload" not in preset_flags \
             and "--dit-cpu-offload" not in {flag_of(t) for t in options.extra_args}:
         warnings.append(("engine.offload_autofill", f"{engine.label} fills unset offload flags itself (DiT and "
@@ -330,4 +410,4 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
                       env_unset=env_unset, num_gpus=preset.num_gpus, run_dir=run_dir, perf_dump_path=perf_dump,
                       output_dir=run_dir, output_file_stem=output_file_stem(rid), config_path=config_path,
                       config_content=config_content, required_assets=tuple(required_assets),
-                      requires_hf_token=preset.gated, warnings=tuple(warnings))
+                      requires_hf_token=preset.gated, warnings=tuple(warnings), quality=quality_record)

@@ -138,8 +138,8 @@ def per_arm(runs: Iterable[tuple[str, int | None, dict[str, Any]]]) -> dict[str,
 def log_gate(markers: log_gates.MarkerSet, argv: Sequence[str], arm: Any, **kwargs: Any) -> log_gates.RequestLogGate:
     """The log gate of one run: BCG is expected when the run's flags ask for it (an ab arm may carry BCG flags),
     not when the arm is named so."""
-    return log_gates.RequestLogGate(markers, bcg_expected=requests_bcg(argv), quality=arm.quality,
-                                    **{"require_native": True, **kwargs})
+    kwargs.setdefault("quality", arm.quality)  # the caller passes the level the engine runs (aliases resolved)
+    return log_gates.RequestLogGate(markers, bcg_expected=requests_bcg(argv), **{"require_native": True, **kwargs})
 
 
 def arms_as_run(plan: Any, invocations: Sequence[Any]) -> dict[str, Any]:

@@ -46,6 +46,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-warmup", action="store_true", help="do not ask the engine for a warmup request")
     group.add_argument("--quality", help="request quality: a level the engine's --quality accepts (0.5.23: exact, "
                        "lossless, high; extra-high is lossless); default lossless where the engine has --quality")
+    group.add_argument("--warmup-mode", help="the engine's --warmup-mode (0.5.23: off, request, server; default "
+                       "request), checked against the probe")
+    group.add_argument("--warmup-steps", type=int, help="denoise steps per warmup request (engine's --warmup-steps)")
+    group.add_argument("--component-residency", nargs="+", metavar="COMPONENT=MODE",
+                       help="placement per component, e.g. all=resident (engine's --component-residency)")
+    group.add_argument("--performance-mode", help="the engine's --performance-mode (0.5.23: manual, auto, speed, "
+                       "memory), checked against the probe")
     group.add_argument("--breakable-cuda-graph", action="store_true", help="BCG comparator run")
     group.add_argument("--bcg-text-buckets", type=_runner.bounded_int(1, 1 << 20), nargs="+", help="positive BCG text buckets (needs BCG or matrix)")
     group.add_argument("--quality-bcg-matrix", action="store_true",
@@ -196,6 +203,8 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
     return bench_runner.CampaignSettings(
         label=args.label, output_root=output_root, threshold_pct=args.threshold_pct,
         primary_metric=args.primary_metric, discard_outliers=args.discard_outliers, warmup=not args.no_warmup,
+        warmup_mode=args.warmup_mode, warmup_steps=args.warmup_steps,
+        component_residency=tuple(args.component_residency or ()), performance_mode=args.performance_mode,
         torch_compile=args.torch_compile, bcg_text_buckets=tuple(args.bcg_text_buckets or ()),
         extra_args=tuple(shlex.split(args.extra_args)), cell_timeout_s=args.cell_timeout_s,
         model_cache_root=Path(args.model_cache_root) if args.model_cache_root else None,
@@ -292,7 +301,7 @@ def _probe(args: argparse.Namespace) -> _runner.Result:
     if args.engine_capabilities == "installed":
         result = _engine_args.probe(args, refresh=args.refresh_probe, accept_degraded=True)
         caps = result.capabilities
-        cache = {"path": str(result.cache_path), "hit": result.cache_hit, "written": not caps.degraded}
+        cache = {"path": str(result.cache_path), "hit": result.cache_hit, "written": not (result.cache_hit or caps.degraded)}
     else:
         caps, cache = engine_capabilities(args), None
     refused = bool(caps.degraded) and not args.accept_degraded_probe

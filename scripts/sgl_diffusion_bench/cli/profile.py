@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import (assets, bench_runner, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
-               log_gates, presets, request_path, selftest)
-from . import _runner
+               log_gates, log_markers, presets, request_path, selftest)
+from . import _engine_args, _runner
 from .bench import engine_capabilities
 
 TOOL = "profile_diffusion"
@@ -42,12 +42,13 @@ def build_parser() -> _runner.Parser:
     parser.add_argument("--all-stages", action="store_true", help="profile every stage, not only denoising")
     parser.add_argument("--num-profiled-timesteps", type=_runner.bounded_int(1, 1000), default=2,
                         help="denoise steps to record after warmup (default 2, as in the seed PR's traces)")
-    parser.add_argument("--quality", choices=command_builder.BENCHMARK_QUALITY_LEVELS)
+    parser.add_argument("--quality", help="a level the engine's --quality accepts (0.5.23: exact, lossless, high)")
     parser.add_argument("--breakable-cuda-graph", action="store_true", help="profile the BCG path")
     parser.add_argument("--no-warmup", action="store_true")
     parser.add_argument("--extra-args", default="", help="more sglang generate arguments, one shell-quoted string")
     parser.add_argument("--engine-capabilities", default="installed", help="installed | recent | engine.v1 file")
     parser.add_argument("--refresh-probe", action="store_true")
+    _engine_args.add_engine_options(parser)
     parser.add_argument("--timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=3600.0)
     parser.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     parser.add_argument("--dry-run", action="store_true", help="print the command and trace directory; run nothing")
@@ -117,7 +118,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     child = {**invocation.child_env(os.environ), **profiler_env}
     if not inventory.gpus:
         child = engine_process.cpu_adapter_env(child, bench_runner.adapter_switches_off(os.environ))
-    gate = log_gates.RequestLogGate(log_gates.markers_for_version(caps.version), quality=args.quality,
+    gate = log_gates.RequestLogGate(log_markers.markers_for_version(caps.version), quality=invocation.quality_level,
                                     bcg_expected=engine_args.requests_bcg(invocation.argv), require_native=True,
                                     profiling=True)
     print(f"[profile] {preset.name}: running with the engine's profiler; traces go to {trace_dir}", file=sys.stderr)
@@ -163,7 +164,7 @@ def self_tests() -> list[selftest.Check]:
         return f"a profiled tiny-flux-cpu run builds; traces go to {sorted(doc['profiler_env'])}"
 
     def gate_requires_trace_line() -> str:
-        markers = log_gates.markers_for_version("0.5.10.post1")
+        markers = log_markers.markers_for_version("0.5.10.post1")
         verdict = log_gates.scan_log("Loaded transformer: X (sgl-diffusion version).\nGenerated 1 outputs in 1 s\n",
                                      markers, profiling=True)
         if verdict.valid:
