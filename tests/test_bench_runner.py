@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_script
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, fileio, log_gates, media, presets
+from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, media, presets
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
-MARKERS = log_gates.markers_for_version("0.5.10.post1")
+MARKERS = log_markers.markers_for_version("0.5.10.post1")
 
 
 def test_abba_rounds_follow_the_seed_pr_order():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import log_gates, perf_dump
+from sgl_diffusion_bench import log_gates, log_markers, perf_dump
 from sgl_diffusion_bench.trace.analyses.stages import analyze_stages
 from sgl_diffusion_bench.trace.load import load_trace
 
@@ -83,7 +83,7 @@ def test_hotspots_names_the_step_source(tmp_path):
     ("bcg-capture-failed", True, False, None)])
 def test_log_gate_on_the_real_0523_logs(folder, bcg, valid, segments):
     text = (H200 / folder / "log.txt").read_text(encoding="utf-8")
-    verdict = log_gates.scan_log(text, log_gates.markers_for_version("0.5.23"), bcg_expected=bcg,
+    verdict = log_gates.scan_log(text, log_markers.markers_for_version("0.5.23"), bcg_expected=bcg,
                                  require_native=True).to_json()
     assert verdict["valid"] is valid and verdict["bcg"]["captured_segments"] == segments
     if not valid:  # the stand-in lacked weak_ref_tensor: every capture failed and the engine ran eager

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import contract, log_gates, perf_dump
+from sgl_diffusion_bench import contract, log_gates, log_markers, perf_dump
 
 H200 = TEST_FIXTURES / "gpu-h200-0.5.10"
 TRACE = next(H200.glob("*-full_stages-global-rank0.trace.json.gz"))
@@ -88,7 +88,7 @@ def test_cell_perf_dump_parses_to_the_reported_row():
 
 def test_log_gate_rejudges_the_real_engine_log():
     log = (H200 / "cell-a-r01p01.engine.log").read_text(encoding="utf-8")
-    gate = log_gates.RequestLogGate(log_gates.markers_for_version("0.5.10.post1"), bcg_expected=False,
+    gate = log_gates.RequestLogGate(log_markers.markers_for_version("0.5.10.post1"), bcg_expected=False,
                                     require_native=True)
     for line in log.splitlines():
         assert gate.feed(line) is None

@@ -13,14 +13,14 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import contract, datafile, log_gates
+from sgl_diffusion_bench import contract, datafile, log_gates, log_markers
 
 H200 = TEST_FIXTURES / "sglang-0.5.10-h200"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 LOGS = TEST_FIXTURES / "logs"
 # The upstream skill's fallback substrings, written out here so the test does not reuse the data file's patterns.
 FALLBACK_SUBSTRINGS = ("falling back to diffusers backend", "using diffusers backend", "loaded diffusers pipeline")
-CATALOG = log_gates.load_catalog()
+CATALOG = log_markers.load_catalog()
 V0510 = CATALOG.for_release("0.5.10.post1")
 V0523 = CATALOG.for_release("0.5.23")
 MAIN = CATALOG.for_release("main")
@@ -45,7 +45,7 @@ def checked(verdict: log_gates.GateVerdict) -> log_gates.GateVerdict:
     return verdict
 
 
-def scan(path: Path, markers: log_gates.MarkerSet, **kwargs) -> log_gates.GateVerdict:
+def scan(path: Path, markers: log_markers.MarkerSet, **kwargs) -> log_gates.GateVerdict:
     return checked(log_gates.scan_log(path.read_text(encoding="utf-8"), markers, **kwargs))
 
 
@@ -65,7 +65,7 @@ def test_every_marker_example_matches_its_pattern_and_only_bcg_sets_have_bcg_mar
         qualities = CATALOG.late_fusion_qualities if marker.kind == "late_fusion" else (None,)
         assert any(marker.compiled(q).search(marker.example) for q in qualities), marker.id
         # the gate skips a marker's regex unless this literal is on the line: it must be on the example's line
-        assert any(log_gates.required_literal(marker.compiled(q)) in marker.example.lower() for q in qualities)
+        assert any(log_markers.required_literal(marker.compiled(q)) in marker.example.lower() for q in qualities)
     assert not [m.id for m in V0510.markers if m.kind.startswith("bcg") or m.kind == "late_fusion"]
     assert {"bcg_captured", "bcg_signature_missed", "late_quality_fusion_mount"} <= {m.id for m in V0523.markers}
     legacy = {"bcg_disabled", "bcg_incompatible_option"}
@@ -94,7 +94,7 @@ def test_version_selects_a_release_and_warns_when_it_guessed(version, release, g
 
 
 def _catalog_with(mutate) -> dict:
-    document = yaml.safe_load(log_gates.MARKERS_PATH.read_text(encoding="utf-8"))
+    document = yaml.safe_load(log_markers.MARKERS_PATH.read_text(encoding="utf-8"))
     mutate(document)
     return document
 
@@ -123,7 +123,7 @@ def test_a_bad_markers_file_is_an_input_error_naming_the_entry_and_field(tmp_pat
     path = tmp_path / "log_markers.yaml"
     path.write_text(yaml.safe_dump(_catalog_with(mutate)))
     with pytest.raises(contract.InputError) as caught:
-        log_gates.load_catalog(path)
+        log_markers.load_catalog(path)
     assert caught.value.code == code and caught.value.exit_code == contract.ExitCode.USAGE
     for word in words:
         assert word in caught.value.message
@@ -133,7 +133,7 @@ def test_unreadable_yaml_is_an_input_error(tmp_path):
     bad = tmp_path / "markers.yaml"
     bad.write_text("schema: log-markers.v1\nmarkers: [\n")
     with pytest.raises(contract.InputError) as caught:
-        log_gates.load_catalog(bad)
+        log_markers.load_catalog(bad)
     assert caught.value.code == datafile.DATA_FILE_INVALID and "not valid YAML" in caught.value.message
 
 
@@ -142,7 +142,7 @@ def test_unreadable_yaml_is_an_input_error(tmp_path):
 @pytest.mark.parametrize("run", ["tiny_plain", "tiny_profile", "full_plain", "full_profile"])
 def test_h200_native_runs_are_valid_with_native_evidence_and_no_fallback(run):
     profiling = run.endswith("profile")
-    verdict = scan(H200 / run / "log.txt", log_gates.markers_for_version("0.5.10.post1"), require_native=True,
+    verdict = scan(H200 / run / "log.txt", log_markers.markers_for_version("0.5.10.post1"), require_native=True,
                    profiling=profiling)
     assert verdict.valid, verdict.reasons
     assert verdict.release == "0.5.10.post1"
@@ -208,7 +208,8 @@ def test_bcg_capture_counts_graphs_and_segments():
     assert verdict.valid, verdict.reasons
     assert verdict.bcg.capture_seen and verdict.bcg.captured_graphs == 2 and verdict.bcg.captured_segments == 5
     assert verdict.bcg.signature_misses == 0 and not verdict.bcg.invalid_signals
-    assert verdict.generated_outputs == 1 and verdict.saved_outputs == ("/srv/runs/bcg_captured/out.png",)
+    assert verdict.generated_outputs is None  # 0.5.23 prints no "Generated N outputs": not one of its markers
+    assert verdict.saved_outputs == ("/srv/runs/bcg_captured/out.png",)
 
 
 def test_a_capture_on_a_row_run_as_eager_is_invalid():
@@ -329,11 +330,11 @@ def test_a_warm_engine_request_relies_on_captures_made_before_it():
     (r"[0-9]+", ""),                                                 # no literal: the regex always runs
 ])
 def test_required_literal_takes_only_what_every_match_needs(regex, literal):
-    assert log_gates.required_literal(re.compile(regex)) == literal
+    assert log_markers.required_literal(re.compile(regex)) == literal
 
 
 def test_colour_and_cursor_codes_do_not_hide_markers_or_numbers():
-    gate = log_gates.RequestLogGate(V0523, bcg_expected=True)
+    gate = log_gates.RequestLogGate(MAIN, bcg_expected=True)
     gate.feed("\x1b[A\r[12-01 10:00:40] [Diffusion BCG] captured \x1b[92m4\x1b[0;0m segment(s), \x1b[92m7\x1b[0;0m "
               "tensor input(s) for signature sig\r\n")
     gate.feed("\r  0%|          | 0/2 [00:00<?, ?it/s]\x1b[93m[11-30 19:20:42] Completed batch processing. Generated "
@@ -408,3 +409,26 @@ def test_cpu_failed_generation_with_exit_code_zero_is_invalid(scenario):
     assert not verdict.valid and verdict.fallback is None
     assert {"engine.request_error", "engine.generation_failed", "engine.zero_outputs"} <= codes(verdict)
     assert verdict.generated_outputs == 0 and verdict.native_evidence and not verdict.saved_outputs
+
+
+def test_markers_per_release_follow_what_each_release_prints():
+    """0.5.23 prints no "Generated N outputs" (0.5.10.post1 does); its BCG lines are the real H200 log lines."""
+    ids_0523 = {m.id for m in V0523.markers}
+    assert "generated_n_outputs" in {m.id for m in V0510.markers} and "generated_n_outputs" not in ids_0523
+    assert {"bcg_captured", "bcg_capture_failed", "bcg_signature_missed", "bcg_warmup_captured_nothing",
+            "bcg_dropped_after_capture", "bcg_quality_not_captured"} <= ids_0523
+    h200 = TEST_FIXTURES / "gpu-h200-0.5.23"
+    captured = scan(h200 / "direct-pair" / "bcg" / "log.txt", V0523, bcg_expected=True, require_native=True)
+    assert captured.valid and captured.bcg.captured_segments == 58, captured.reasons
+    failed = scan(h200 / "bcg-capture-failed" / "log.txt", V0523, bcg_expected=True, require_native=True)
+    assert {"bcg.capture_failed", "bcg.warmup_captured_nothing"} <= set(failed.reason_codes())
+    eager = scan(h200 / "direct-pair" / "eager" / "log.txt", V0523, bcg_expected=False, require_native=True)
+    assert eager.valid and eager.generated_outputs is None, eager.reasons
+
+
+def test_a_bad_catalog_entry_names_the_file_not_the_pattern(tmp_path):
+    document = yaml.safe_load(log_markers.MARKERS_PATH.read_text())
+    document["markers"][1]["example"] = "a line the pattern does not match"
+    with pytest.raises(contract.InputError) as info:
+        log_markers.parse_catalog(document, "my-markers.yaml")
+    assert info.value.message.startswith("my-markers.yaml: markers[id=") and "example" in info.value.message

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, presets, quality, report,
+from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, presets, quality, report,
                                  stats, validity)
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
@@ -138,7 +138,7 @@ def test_the_worst_frame_is_gated_not_only_reported(tmp_path):
 
 
 def test_a_fallback_run_with_a_perf_dump_carries_no_numbers(tmp_path):
-    markers = log_gates.markers_for_version("0.5.10.post1")
+    markers = log_markers.markers_for_version("0.5.10.post1")
     verdict = log_gates.scan_log((CPU / "fallback-auto" / "log.txt").read_text(), markers, require_native=True)
     png = tmp_path / "y.png"
     png.write_bytes(b"\x89PNG real bytes")

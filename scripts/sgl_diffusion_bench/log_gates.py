@@ -7,7 +7,7 @@ says the moment the run must be stopped (a diffusers fallback); ``scan_log`` app
 
 Pseudo-use in a runner::
 
-    gate = RequestLogGate(markers_for_version(installed_version), bcg_expected=True, quality="high")
+    gate = RequestLogGate(log_markers.markers_for_version(installed_version), bcg_expected=True, quality="high")
     for line in child.stdout:
         if gate.feed(line):
             terminate(child)
@@ -17,195 +17,16 @@ Pseudo-use in a runner::
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from . import contract
+from .log_markers import Marker, MarkerSet, required_literal
 
-try:
-    from re import _parser as _sre_parse  # Python 3.11+
-except ImportError:  # Python 3.10
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
-
-from . import contract, datafile, paths
-
-SCHEMA_ID = "log-markers.v1"
-MARKERS_PATH = paths.DATA_DIR / "log_markers.yaml"
-QUALITY_PLACEHOLDER = "{quality}"
 # ANSI colour and cursor codes (the engine colours numbers and paths; tqdm moves the cursor).
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 MAX_RECORDED_LINES = 50  # per list; a crash loop must not turn a verdict into megabytes
 MAX_LINE_CHARS = 400
-
-
-@dataclasses.dataclass(frozen=True)
-class Release:
-    id: str
-    version: str | None  # None: upstream main, newer than every numbered release
-    bcg_supported: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Marker:
-    """One log marker; ``source`` is the regex text (a late-fusion source still holds ``{quality}``)."""
-
-    id: str
-    kind: str
-    code: str
-    source: str
-    stop: bool
-    releases: tuple[str, ...]
-    example: str
-
-    def compiled(self, quality: str | None = None) -> re.Pattern[str]:
-        return re.compile(self.source.replace(QUALITY_PLACEHOLDER, re.escape(quality or "")), re.IGNORECASE)
-
-
-def required_literal(pattern: re.Pattern[str]) -> str:
-    """The longest literal a line must contain for the pattern to match, lower-cased ("" if none found).
-
-    A cheap `in` test on the lower-cased line rules a marker out before its regex runs (most lines match no marker).
-    Only top-level literals and those inside top-level positive lookarounds qualify: nothing optional."""
-    return _longest_literal(_sre_parse.parse(pattern.pattern)).lower()
-
-
-def _longest_literal(sequence: Any) -> str:
-    best = run = ""
-    for op, arg in sequence:
-        if op is _sre_parse.LITERAL:
-            run += chr(arg)
-            continue
-        best, run = max(best, run, key=len), ""
-        if op is _sre_parse.ASSERT:  # (direction, subpattern); ASSERT_NOT is a different opcode
-            best = max(best, _longest_literal(arg[1]), key=len)
-    return max(best, run, key=len)
-
-
-@dataclasses.dataclass(frozen=True)
-class MarkerSet:
-    """The markers that apply to one engine release, and why this release was chosen."""
-
-    release: Release
-    markers: tuple[Marker, ...]
-    late_fusion_qualities: tuple[str, ...]
-    selection_warnings: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class MarkerCatalog:
-    """Every release and marker in the data file."""
-
-    releases: tuple[Release, ...]  # oldest first; the last one has version None
-    markers: tuple[Marker, ...]
-    late_fusion_qualities: tuple[str, ...]
-
-    def for_release(self, release_id: str, selection_warnings: tuple[str, ...] = ()) -> MarkerSet:
-        release = next((r for r in self.releases if r.id == release_id), None)
-        if release is None:
-            raise contract.InputError("log_markers.unknown_release", f"no marker set for release {release_id!r}",
-                                      "known releases: " + ", ".join(r.id for r in self.releases))
-        return MarkerSet(release, tuple(m for m in self.markers if release.id in m.releases),
-                         self.late_fusion_qualities, selection_warnings)
-
-    def for_version(self, version: str | None) -> MarkerSet:
-        """The set for an installed engine version: its own, else the next newer release's, else the newest."""
-        newest = self.releases[-1]
-        if version is None:
-            return self.for_release(newest.id, (f"engine version unknown; using the newest marker set ({newest.id})",))
-        for release in self.releases:
-            if version in (release.id, release.version):
-                return self.for_release(release.id)
-        try:
-            wanted = Version(version)
-        except InvalidVersion:
-            return self.for_release(newest.id, (f"engine version {version!r} is not a PEP 440 version; using the "
-                                                f"newest marker set ({newest.id})",))
-        numbered = [r for r in self.releases if r.version is not None]
-        for release in numbered:
-            if Version(release.version) == wanted:
-                return self.for_release(release.id)
-        newer = [r for r in numbered if Version(r.version) > wanted]
-        if not newer:
-            return self.for_release(newest.id, (f"sglang {version} is newer than every release with recorded log "
-                                                f"markers; using the newest set ({newest.id}): check the engine "
-                                                f"still prints them",))
-        return self.for_release(newer[0].id, (f"no marker set recorded for sglang {version}; using the next newer "
-                                              f"release's set ({newer[0].id})",))
-
-
-def _literal(text: str) -> str:
-    """A literal as regex text; a ``{quality}`` placeholder stays as it is, to be filled per request."""
-    return re.escape(text).replace(re.escape(QUALITY_PLACEHOLDER), QUALITY_PLACEHOLDER)
-
-
-def _pattern_source(entry: dict[str, Any]) -> str:
-    if "regex" in entry:
-        return entry["regex"]
-    if "substring" in entry:
-        return _literal(entry["substring"])
-    return "^" + "".join(f"(?=.*{_literal(part)})" for part in entry["all_of"])
-
-
-def _bad(source: str, field: str, message: str) -> contract.InputError:
-    return contract.InputError("log_markers.invalid", f"{source}: {field}: {message}",
-                               "fix the entry as the header of data/log_markers.yaml describes")
-
-
-def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatalog:
-    """Build the catalog from a document already valid against the schema (datafile.load checks that), checking the
-    rules a schema cannot say."""
-    releases = tuple(Release(r["id"], r["version"], r["bcg_supported"]) for r in document["releases"])
-    release_ids = [r.id for r in releases]
-    if len(set(release_ids)) != len(release_ids):
-        raise _bad(source, "releases", "release ids must be unique")
-    if [r.version is None for r in releases].count(True) != 1 or releases[-1].version is not None:
-        raise _bad(source, "releases", "exactly one release (the last, upstream main) has version null")
-    try:
-        versions = [Version(r.version) for r in releases[:-1]]
-    except InvalidVersion as exc:
-        raise _bad(source, "releases[].version", str(exc)) from exc
-    if versions != sorted(versions) or len(set(versions)) != len(versions):
-        raise _bad(source, "releases", "numbered releases must be listed oldest first, each once")
-    qualities = tuple(document["late_fusion_qualities"])
-    markers: list[Marker] = []
-    for entry in document["markers"]:
-        where = f"markers[id={entry['id']!r}]"
-        if any(m.id == entry["id"] for m in markers):
-            raise _bad(source, where, "duplicate id")
-        unknown = [r for r in entry["releases"] if r not in release_ids]
-        if unknown:
-            raise _bad(source, f"{where}.releases", f"unknown release(s) {unknown}; known: {release_ids}")
-        source = _pattern_source(entry)
-        if (QUALITY_PLACEHOLDER in source) != (entry["kind"] == "late_fusion"):
-            raise _bad(source, where, "late_fusion markers, and only they, must contain {quality}")
-        marker = Marker(entry["id"], entry["kind"], entry["code"], source, entry.get("stop", False),
-                        tuple(entry["releases"]), entry["example"])
-        try:
-            candidates = [marker.compiled(q) for q in (qualities if marker.kind == "late_fusion" else (None,))]
-        except re.error as exc:
-            raise _bad(source, f"{where}.regex", f"does not compile: {exc}") from exc
-        example = entry["example"]
-        if not any(p.search(example) and required_literal(p) in example.lower() for p in candidates):
-            raise _bad(source, f"{where}.example", "the example line does not match the marker's own pattern")
-        markers.append(marker)
-    return MarkerCatalog(releases, tuple(markers), qualities)
-
-
-def load_catalog(path: Path | None = None) -> MarkerCatalog:
-    path = path or MARKERS_PATH
-    return _load_catalog_cached(str(path))
-
-
-@functools.lru_cache(maxsize=4)
-def _load_catalog_cached(path: str) -> MarkerCatalog:
-    return parse_catalog(datafile.load(Path(path), SCHEMA_ID), path)
-
-
-def markers_for_version(version: str | None, path: Path | None = None) -> MarkerSet:
-    """The marker set for an installed sglang version (e.g. env's sglang version); see MarkerCatalog.for_version."""
-    return load_catalog(path).for_version(version)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,7 +55,7 @@ class PerfMetrics:
     denoise_ms: float | None
     denoise_source: str | None
     denoise_stage_names: tuple[str, ...]
-    stages: tuple[tuple[str, float], ...]  # execution order
+    stages: tuple[tuple[str, float], ...]  # pipeline stages, execution order
     denoise_steps_ms: tuple[float, ...]  # index = step number
     step0_ms: float | None
     steady_step_mean_ms: float | None  # mean of steps >= 1
@@ -66,6 +66,9 @@ class PerfMetrics:
     layout: str
     commit_hash: str | None
     warnings: tuple[str, ...]
+    # Scheduler/worker bookkeeping the engine times among its steps ("Scheduler.return_result.spill_arrays",
+    # "GPUWorker.frame_materialize_for_return"; 0.5.23): kept apart from the pipeline stages.
+    internal_steps: tuple[tuple[str, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The ``perf`` object of a bench-report.v1 cell."""
@@ -86,7 +89,13 @@ class PerfMetrics:
             "layout": self.layout,
             "commit_hash": self.commit_hash,
             "warnings": list(self.warnings),
+            "internal_steps": dict(self.internal_steps),
         }
+
+
+def is_internal_step(name: str) -> bool:
+    """A scheduler/worker step (``Class.method...``), not a pipeline stage: stage names hold no dot."""
+    return "." in name
 
 
 def is_denoise_stage(name: str) -> bool:
@@ -127,11 +136,13 @@ def parse_perf_dump(document: Any, memory_kind: str, source: str = "<perf dump>"
 
     warnings: list[str] = []
     stages: dict[str, float] = {}
+    internal: dict[str, float] = {}
     for entry in document["steps"]:
         name = entry["name"]
-        if name in stages:
+        table = internal if is_internal_step(name) else stages
+        if name in table:
             warnings.append(f"stage {name} appears more than once; its durations are summed")
-        stages[name] = stages.get(name, 0.0) + float(entry["duration_ms"])
+        table[name] = table.get(name, 0.0) + float(entry["duration_ms"])
 
     steps = _denoise_steps(document.get("denoise_steps_ms", []), source)
     denoise_names = tuple(n for n in stages if is_denoise_stage(n))
@@ -167,6 +178,7 @@ def parse_perf_dump(document: Any, memory_kind: str, source: str = "<perf dump>"
         layout=_layout(checkpoints),
         commit_hash=commit if isinstance(commit, str) and commit not in ("", "N/A") else None,
         warnings=tuple(warnings),
+        internal_steps=tuple(internal.items()),
     )
 
 
