@@ -184,11 +184,27 @@ def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True) -> dict[str, Any]:
-    """The whole environment as one env.v1 document (``import_torch=False``: see torch_info)."""
+def engine_check(python: str) -> dict[str, Any]:
+    """The engine as ``python`` has it, checked for real: its generate entry point imported in a child process (the
+    CPU adapter on PYTHONPATH, so a GPU-less box tests what `sglang generate` would), and sglang's declared torch
+    requirement against the installed torch."""
+    from . import engine_process, engine_python
+
+    info = engine_python.describe(python)
+    check = engine_python.import_check(python, engine_process.cpu_adapter_env(dict(os.environ)))
+    return {"python": python, "import_check": check, "torch_requirement": engine_python.torch_requirement(info)}
+
+
+def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, engine_python: str | None = None,
+            check_engine: bool = False) -> dict[str, Any]:
+    """The whole environment as one env.v1 document (``import_torch=False``: see torch_info; ``check_engine`` also
+    imports the engine in a child process, 10-40 s)."""
+    from . import engine_python as engine_interpreter
+
     root, root_reason = repo_root()
     work, work_reason = work_root()
-    location = sglang_location()
+    own = engine_python is None or engine_interpreter.is_own(engine_python)
+    location = sglang_location() if own else engine_interpreter.sglang_location(engine_python)
     inventory = gpu.read_inventory(nvml) if with_gpus else gpu.Inventory((), None, "GPU scan skipped")
     torch = torch_info(import_torch, gpus_seen=bool(inventory.gpus))
     writable = _writable(work)
@@ -211,6 +227,8 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True) -> 
         env={name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},
         huggingface=hf_info(),
     )
+    if check_engine and location["installed"]:
+        doc["sglang"]["engine_check"] = engine_check(engine_python or sys.executable)
     doc["problems"] = find_problems(doc, torch)
     return doc
 
@@ -231,6 +249,19 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
 
     if not doc["sglang"]["installed"]:
         add("sglang.missing", "error", doc["sglang"]["reason"], "make setup (CPU) or install sglang for your GPU stack")
+    check = doc["sglang"].get("engine_check")
+    if check and not check["import_check"]["ok"]:
+        from .engine_python import install_hint
+
+        imported = check["import_check"]
+        add("sglang.import_failed", "error", f"importing {imported['module']} with {check['python']} failed: "
+            f"{imported['error']}", install_hint(imported["missing_module"], check["python"],
+                                                 doc["sglang"]["version"]))
+    if check and check["torch_requirement"] and not check["torch_requirement"]["met"]:
+        pin = check["torch_requirement"]
+        add("sglang.torch_pin_unmet", "warning", f"sglang {doc['sglang']['version']} declares {pin['declared']}; "
+            f"the installed torch is {pin['installed']}", "fine on CPU (torch 2.13.0+cpu runs 0.5.23: README "
+            "'Engine install'); on a GPU, install the torch build sglang declares for your CUDA")
     if torch.get("import_error"):
         add("torch.broken", "error", torch["import_error"], "reinstall torch matching your CUDA driver")
     elif torch["version"] is None:

@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from .. import contract, engine_process, env, gpu, selftest
-from . import _runner
+from .. import contract, engine_process, engine_python, env, gpu, selftest
+from . import _engine_args, _runner
 
 TOOL = "diffusion_skill_env"
 EPILOG = """examples:
@@ -23,7 +23,10 @@ def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
     parent = _runner.json_flag_parent()
-    sub.add_parser("inspect", parents=[parent], help="one env.v1 document: versions, GPUs, dirs, problems")
+    p = sub.add_parser("inspect", parents=[parent], help="one env.v1 document: versions, GPUs, dirs, problems")
+    _engine_args.add_engine_options(p)
+    p.add_argument("--no-engine-check", action="store_true",
+                   help="skip importing the engine's generate entry point in a child process (10-40 s)")
     sub.add_parser("print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
     p = sub.add_parser("print-assets-dir", parents=[parent], help="<work root>/inputs/diffusion_benchmark/figs")
     p.add_argument("--mkdir", action="store_true")
@@ -54,7 +57,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if command is None:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     if command == "inspect":
-        doc = env.inspect()
+        doc = env.inspect(engine_python=engine_python.resolve(args.engine_python), check_engine=not args.no_engine_check)
         return _runner.Result(doc, render_inspect(doc))
     if command == "print-root":
         root, _ = env.repo_root()
