@@ -72,3 +72,13 @@ def test_family_table_lists_every_family():
     table = fast_paths.render_family_table()
     assert table.count("\n") == len(fast_paths.load_registry().families) + 2
     assert "| Q2 | Fused QK norm + RoPE |" in table
+
+
+def test_quality_levels_say_per_release_which_fusions_a_level_mounts():
+    registry = fast_paths.load_registry()
+    assert registry.quality_fusions("0.5.23", "exact") == ()  # exact keeps the eager numerics on 0.5.23
+    assert [f.id for f in registry.quality_fusions("0.5.23", "lossless")] == ["4"]
+    assert registry.quality_fusions("0.5.23", "extra-high") == registry.quality_fusions("0.5.23", "lossless")
+    assert registry.quality_fusions("main-before-rename", "lossless") == ()  # before the rename lossless was eager
+    with pytest.raises(contract.InputError):
+        registry.quality_fusions("0.5.10.post1", "lossless")  # no --quality on 0.5.10.post1

@@ -50,6 +50,19 @@ class Family:
 @dataclasses.dataclass(frozen=True)
 class Registry:
     families: tuple[Family, ...]
+    quality_levels: tuple[dict, ...] = ()  # per release: default, aliases, levels -> {numerics, families}
+
+    def quality_fusions(self, release: str, level: str) -> tuple[Family, ...]:
+        """The quality-gated families a request at ``level`` mounts on ``release`` (an alias resolved)."""
+        entry = next((q for q in self.quality_levels if q["release"] == release), None)
+        if entry is None:
+            raise contract.InputError("input.unknown_release", f"no quality levels recorded for release {release!r}",
+                                      "known: " + ", ".join(q["release"] for q in self.quality_levels))
+        canonical = entry["aliases"].get(level, level)
+        if canonical not in entry["levels"]:
+            raise contract.InputError("input.unknown_quality", f"release {release} has no quality {level!r}",
+                                      "known: " + (", ".join(entry["levels"]) or "none (no --quality)"))
+        return tuple(self.by_id(i) for i in entry["levels"][canonical]["families"])
 
     def by_id(self, family_id: str) -> Family:
         return next(f for f in self.families if f.id == family_id)
@@ -88,7 +101,15 @@ def parse_registry(document: dict, source: str) -> Registry:
             first_check=entry["first_check"], sglang=dict(entry["sglang"]),
             chain=Chain(tuple(_compile(p, where) for p in chain["steps"]), chain["max_gap"]) if chain else None,
             quality=entry.get("quality"), source=entry.get("source")))
-    return Registry(tuple(families))
+    levels = tuple(document.get("quality_levels", ()))
+    known = {f.id for f in families}
+    for entry in levels:
+        for name, level in entry["levels"].items():
+            unknown = sorted(set(level["families"]) - known)
+            if unknown:
+                raise contract.InputError("input.unknown_fast_path", f"{source}: quality_levels {entry['release']} "
+                                          f"{name} names unknown families {unknown}", "use ids from families")
+    return Registry(tuple(families), levels)
 
 
 @functools.lru_cache(maxsize=4)
