@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES
+from engine_release import OLDER_RELEASE, expects
 from sgl_diffusion_bench import engine_process, tiny_model
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, expects(OLDER_RELEASE)]  # 0.5.23: tests/test_engine_cpu_0523.py
 
 _spec = importlib.util.spec_from_file_location("engine_fixture_record", TEST_FIXTURES / "engine-cpu-0.5.10" / "record.py")
 record = importlib.util.module_from_spec(_spec)
@@ -64,10 +65,9 @@ def test_native_run_takes_the_sglang_path_with_the_adapter_in_both_processes(eng
     assert perf["tag"] == "cli_generate" and [step["name"] for step in perf["steps"]] == STAGES
     assert [step["step"] for step in perf["denoise_steps_ms"]] == [0, 1]
     assert perf["memory_checkpoints"]["after_forward"]["peak_reserved_mb"] > 0  # b5: process RSS
-    announced = [a for a in map(sgl_cpu_adapter.parse_announcement, log.splitlines()) if a]
-    assert len(announced) == 2 and announced[0]["pid"] != announced[1]["pid"]  # CLI and spawned worker
-    assert all(a["patches"] == list(sgl_cpu_adapter.PATCHES) and a["memory_source"] == "process_rss"
-               for a in announced)
+    adapter = sgl_cpu_adapter.summarize(log.splitlines())
+    assert len(adapter["pids"]) == 2  # CLI and spawned worker
+    assert adapter["applied"] == list(sgl_cpu_adapter.PATCHES) and adapter["memory_source"] == "process_rss"
 
 
 def test_same_seed_gives_the_same_bytes_and_another_seed_does_not(engine):
@@ -85,7 +85,7 @@ def test_runner_stops_on_the_real_fallback_line_within_seconds(engine):
     assert "Could not resolve native configuration for model" in run.stop_line
     assert run.wall_s - run.stopped_after_s < engine_process.STOP_GRACE_S + 1
     log = run.log_path.read_text()
-    assert sum(map(bool, map(sgl_cpu_adapter.parse_announcement, log.splitlines()))) == 1  # no worker was spawned
+    assert len(sgl_cpu_adapter.summarize(log.splitlines())["pids"]) == 1  # no worker was spawned
     assert "Pipeline instantiated" not in log and log.splitlines()[-1].startswith("[run_engine] stopped after")
     assert run.returncode != 0 and not (run_dir / "out.png").exists() and not (run_dir / "perf.json").exists()
 
