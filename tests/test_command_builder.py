@@ -300,8 +300,10 @@ def test_quality_levels_come_from_the_engine_and_the_report_records_the_level_ru
     alias = build("qwen", quality="extra-high")
     assert alias.quality == {"requested": "extra-high", "ran": "lossless", "source": alias.quality["source"]}
     assert "extra-high -> lossless" in alias.quality["source"]
-    overridden = build("qwen", extra_args=("--quality", "exact"))  # the engine keeps the last --quality
-    assert overridden.quality_level == "exact" and build("qwen").quality_level == "lossless"
+    assert build("qwen").quality_level == "lossless"  # the default is pinned, so runs stay comparable
+    with pytest.raises(contract.UsageError) as info:  # a second --quality would silently win: refused
+        build("qwen", extra_args=("--quality", "exact"))
+    assert info.value.code == "usage.duplicate_flag"
     with pytest.raises(contract.PreconditionError) as info:
         build("qwen", quality="ultra")
     assert info.value.code == "engine.quality_unsupported" and "exact|lossless|high|extra-high" in info.value.message

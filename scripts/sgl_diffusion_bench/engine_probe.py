@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, engine_python, env, fileio, inputs
+from . import contract, engine_flag_forms, engine_python, env, fileio, inputs
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 180
@@ -248,35 +248,6 @@ def profiler_dir_env_from_source(package_dir: Path, version: str | None) -> tupl
     return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "version_table"
 
 
-_DYNAMIC_PREFIX = re.compile(r"^--[a-z][a-z0-9_-]*\.$")
-_DYNAMIC_SUFFIX = re.compile(r"^-[a-z][a-z0-9-]*$")
-
-
-def dynamic_flag_forms(package_dir: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The per-component flag forms the engine's server_args accept from unknown arguments: literal option
-    prefixes ending in '.' and the suffixes it tests with ``endswith(...)`` or passes as ``alias_suffix``."""
-    prefixes, suffixes = set(), set()
-    for path in _source_files(package_dir):
-        if "server_args" not in str(path):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        except (OSError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DYNAMIC_PREFIX.match(node.value):
-                prefixes.add(node.value.replace("_", "-"))
-            elif isinstance(node, ast.Call):
-                name = node.func.attr if isinstance(node.func, ast.Attribute) else None
-                values = [a for a in node.args if name == "endswith"]
-                values += [k.value for k in node.keywords if k.arg == "alias_suffix"]
-                for value in values:
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str) and \
-                            _DYNAMIC_SUFFIX.match(value.value):
-                        suffixes.add(value.value)
-    return tuple(sorted(prefixes)), tuple(sorted(suffixes))
-
-
 def _source_files(package_dir: Path) -> list[Path]:
     files = []
     for rel in PARSER_SOURCES:
@@ -355,7 +326,7 @@ def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: 
                 if action.get("choices"):
                     choices[option] = tuple(action["choices"])
     profiler_env, profiler_source = profiler_dir_env_from_source(package_dir, version)
-    prefixes, suffixes = dynamic_flag_forms(package_dir)
+    prefixes, suffixes = engine_flag_forms.dynamic_flag_forms(_source_files(package_dir))
     extra.setdefault("dynamic_prefixes", prefixes)
     extra.setdefault("dynamic_suffixes", suffixes)
     return EngineCapabilities(version=version, package_dir=str(package_dir), method=method, flags=frozenset(flags),

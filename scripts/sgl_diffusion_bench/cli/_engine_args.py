@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import engine_probe, engine_python
+from .. import contract, engine_probe, engine_python
+from . import _runner
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -21,3 +22,34 @@ def probe(args: argparse.Namespace, *, refresh: bool = False, accept_degraded: b
     return engine_probe.probe_engine(
         refresh=refresh, python=engine_python.resolve(args.engine_python),
         accept_degraded=args.accept_degraded_probe if accept_degraded is None else accept_degraded)
+
+
+def add_engine_run_options(group: argparse._ArgumentGroup) -> None:
+    """First-class engine options of a run, each validated against the probe when the command is built."""
+    group.add_argument("--warmup-mode", help="the engine's --warmup-mode (0.5.23: off, request, server; default "
+                       "request), checked against the probe")
+    group.add_argument("--warmup-steps", type=_runner.bounded_int(1, 1000),
+                       help="denoise steps per warmup request (engine's --warmup-steps)")
+    group.add_argument("--component-residency", nargs="+", metavar="COMPONENT=MODE",
+                       help="placement per component, e.g. all=resident (engine's --component-residency)")
+    group.add_argument("--performance-mode", help="the engine's --performance-mode (0.5.23: manual, auto, speed, "
+                       "memory), checked against the probe")
+
+
+def probe_result(args: argparse.Namespace, tool: str,
+                 caps: engine_probe.EngineCapabilities | None = None) -> _runner.Result:
+    """--probe-engine: the engine.v1 document; a degraded probe exits 3 (never cached) unless accepted."""
+    cache = None
+    if caps is None:
+        result = probe(args, refresh=args.refresh_probe, accept_degraded=True)
+        caps = result.capabilities
+        cache = {"path": str(result.cache_path), "hit": result.cache_hit,
+                 "written": not (result.cache_hit or caps.degraded)}
+    refused = bool(caps.degraded) and not args.accept_degraded_probe
+    doc = contract.envelope("engine.v1", tool, ok=not refused, engine=caps.to_json(), cache=cache)
+    text = (f"{caps.label} (probe: {caps.method}); warmup flag {caps.warmup_flag}; BCG {caps.has_bcg}; quality "
+            f"levels {list(caps.distinct_quality_levels)} aliases {dict(caps.quality_aliases)}; profiler dir env "
+            f"{list(caps.profiler_dir_env)}; {len(caps.flags)} flags")
+    if caps.degraded:
+        text += f"\nDEGRADED: {caps.degraded_reason()} (not cached)"
+    return _runner.Result(doc, text, exit_code=int(contract.ExitCode.PRECONDITION) if refused else 0)

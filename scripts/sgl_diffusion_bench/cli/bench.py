@@ -46,13 +46,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-warmup", action="store_true", help="do not ask the engine for a warmup request")
     group.add_argument("--quality", help="request quality: a level the engine's --quality accepts (0.5.23: exact, "
                        "lossless, high; extra-high is lossless); default lossless where the engine has --quality")
-    group.add_argument("--warmup-mode", help="the engine's --warmup-mode (0.5.23: off, request, server; default "
-                       "request), checked against the probe")
-    group.add_argument("--warmup-steps", type=int, help="denoise steps per warmup request (engine's --warmup-steps)")
-    group.add_argument("--component-residency", nargs="+", metavar="COMPONENT=MODE",
-                       help="placement per component, e.g. all=resident (engine's --component-residency)")
-    group.add_argument("--performance-mode", help="the engine's --performance-mode (0.5.23: manual, auto, speed, "
-                       "memory), checked against the probe")
+    _engine_args.add_engine_run_options(group)
     group.add_argument("--breakable-cuda-graph", action="store_true", help="BCG comparator run")
     group.add_argument("--bcg-text-buckets", type=_runner.bounded_int(1, 1 << 20), nargs="+", help="positive BCG text buckets (needs BCG or matrix)")
     group.add_argument("--quality-bcg-matrix", action="store_true",
@@ -298,20 +292,8 @@ def _validate_nightly(args: argparse.Namespace) -> _runner.Result:
 
 
 def _probe(args: argparse.Namespace) -> _runner.Result:
-    if args.engine_capabilities == "installed":
-        result = _engine_args.probe(args, refresh=args.refresh_probe, accept_degraded=True)
-        caps = result.capabilities
-        cache = {"path": str(result.cache_path), "hit": result.cache_hit, "written": not (result.cache_hit or caps.degraded)}
-    else:
-        caps, cache = engine_capabilities(args), None
-    refused = bool(caps.degraded) and not args.accept_degraded_probe
-    doc = contract.envelope("engine.v1", TOOL, ok=not refused, engine=caps.to_json(), cache=cache)
-    text = (f"{caps.label} (probe: {caps.method}); warmup flag {caps.warmup_flag}; BCG {caps.has_bcg}; quality "
-            f"levels {list(caps.distinct_quality_levels)} aliases {dict(caps.quality_aliases)}; profiler dir env "
-            f"{list(caps.profiler_dir_env)}; {len(caps.flags)} flags")
-    if caps.degraded:
-        text += f"\nDEGRADED: {caps.degraded_reason()} (not cached)"
-    return _runner.Result(doc, text, exit_code=int(contract.ExitCode.PRECONDITION) if refused else 0)
+    caps = None if args.engine_capabilities == "installed" else engine_capabilities(args)
+    return _engine_args.probe_result(args, TOOL, caps)
 
 
 def _fetch(args: argparse.Namespace) -> _runner.Result:
