@@ -12,6 +12,13 @@ paired wall-time differences as a share of the direct run (goal <= 1 %).
 
   .venv/bin/python benchmarks/warm_vs_cold.py campaign --rounds 2
   .venv/bin/python benchmarks/warm_vs_cold.py overhead --pairs 4
+
+Measured 2026-12-01 on the 2-core CI-class machine shared with other sessions (load average 6-15 throughout, so
+single requests swung by 100-300 %), sglang 0.5.23, tiny-flux-cpu, `campaign --rounds 2` (8 measured requests each):
+  warm: wall 152.3 s; engine starts 1; engine wall 148.2 s, measured requests (e2e) 8.15 s = 5.50 %
+  cold: wall 1507.9 s; engine starts 8; engine wall 1490.3 s, measured requests (e2e) 13.76 s = 0.92 %
+  wall ratio warm/cold 0.101; output hashes identical across both modes (b750d22f...); e2e medians cold 1193.8 ms,
+  warm 921.1 ms: a 22.8 % gap inside the measured A/A noise (spread up to 297.7 %) on that loaded machine.
 """
 
 from __future__ import annotations
