@@ -22,6 +22,7 @@ def package_dir():
     return caps.package_dir
 
 
+@pytest.mark.torch
 def test_an_h200_run_has_no_engine_baseline_and_says_so():
     run = run_script("compare_engine_baseline", "--report", str(H200_REPORT), "--scenario", "flux_image_t2i",
                      "--json")
@@ -32,6 +33,7 @@ def test_an_h200_run_has_no_engine_baseline_and_says_so():
     assert "h100, b200, 5090, xpu_b60" in doc["result"]["reason"] and "NVIDIA H200" in doc["result"]["reason"]
 
 
+@pytest.mark.torch
 def test_an_unknown_scenario_lists_the_ones_the_engine_has(package_dir):
     run = run_script("compare_engine_baseline", "--report", str(H200_REPORT), "--gpu-class", "h100",
                      "--scenario", "no_such_case", "--json")
@@ -40,6 +42,7 @@ def test_an_unknown_scenario_lists_the_ones_the_engine_has(package_dir):
     assert run.document["baselines_path"].startswith(package_dir)  # read from the installed engine
 
 
+@pytest.mark.torch
 def test_the_engine_bound_and_tolerances_decide(package_dir):
     baselines = engine_baselines.load_baselines(package_dir, "h100")
     perf = json.loads(H200_REPORT.read_text())["cells"][0]["perf"]

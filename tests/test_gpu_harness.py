@@ -31,6 +31,7 @@ def harness_python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.torch
 def test_stand_in_serves_every_name_both_releases_import_and_keeps_flash_attn_absent():
     code = f"""
 import json, importlib, sgl_kernel
@@ -59,6 +60,7 @@ print(json.dumps({{"missing": missing, "flash_attn": fa, "placeholder_raises": r
     assert "[gpu-harness] no real 'sgl_kernel' importable: using the stand-in" in run.stderr
 
 
+@pytest.mark.torch
 def test_weak_ref_tensor_is_a_non_owning_alias_and_rmsnorm_matches_its_definition():
     code = """
 import json, sys, torch, sgl_kernel

@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import run_script
 from sgl_diffusion_bench import model_access, presets
 
@@ -90,6 +92,7 @@ def test_a_token_variable_or_login_file_is_enough_and_public_models_need_none(tm
     assert model_access.decide(presets.get_preset("tiny-flux-cpu"), {}).decision == "local"
 
 
+@pytest.mark.torch
 def test_a_missing_seed_folder_gets_a_hint_that_helps(tmp_path):
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--model-cache-root", str(tmp_path / "c"),
                      "--seed-model-cache-root", str(tmp_path / "nope"), "--dry-run", "--json",

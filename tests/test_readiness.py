@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import run_script
 from sgl_diffusion_bench import fake_nvml, gpu, presets, readiness
 
 
+@pytest.mark.torch
 def test_the_cpu_preset_is_ready_here():
     run = run_script("check_readiness", "--model", "tiny-flux-cpu", "--json")
     doc = run.document
@@ -16,6 +19,7 @@ def test_the_cpu_preset_is_ready_here():
     assert doc["hub"]["checked"] is False  # a locally built model needs no hub
 
 
+@pytest.mark.torch
 def test_a_gpu_gated_preset_is_not_ready_here_with_every_reason(tmp_path):
     env = {"HF_TOKEN": "", "HF_HOME": str(tmp_path), "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
     start = time.monotonic()
@@ -60,6 +64,7 @@ def test_gpus_must_be_idle_and_unleased():
     assert not leased["ok"] and leased["free"] == ["GPU-0"] and "GPU-1" in leased["reason"]
 
 
+@pytest.mark.torch
 def test_the_dry_run_of_a_preset_that_cannot_run_here_says_so():
     here = run_script("bench_diffusion_denoise", "--model", "wan-ti2v", "--dry-run", "--json")
     assert here.returncode == 3 and not here.document["ok"]
