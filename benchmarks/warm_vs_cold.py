@@ -19,6 +19,9 @@ single requests swung by 100-300 %), sglang 0.5.23, tiny-flux-cpu, `campaign --r
   cold: wall 1507.9 s; engine starts 8; engine wall 1490.3 s, measured requests (e2e) 13.76 s = 0.92 %
   wall ratio warm/cold 0.101; output hashes identical across both modes (b750d22f...); e2e medians cold 1193.8 ms,
   warm 921.1 ms: a 22.8 % gap inside the measured A/A noise (spread up to 297.7 %) on that loaded machine.
+`overhead --pairs 2` on the same machine (load 12-15): ours 155.6 s vs direct 171.6 s, ours 164.3 s vs direct
+156.7 s; median difference -4.26 s over a 164.2 s direct cell (-2.6 %): the load's noise (+-10 % per pair) is larger
+than any overhead, so <= 1 % is neither shown nor refuted there; rerun on a quiet machine.
 """
 
 from __future__ import annotations
