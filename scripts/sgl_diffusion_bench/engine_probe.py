@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 from . import contract, engine_flag_forms, engine_python, env, fileio, inputs
 
 CACHE_FILE_NAME = "engine-capabilities.json"
-PROBE_TIMEOUT_S = 180
+PROBE_TIMEOUT_S = 900  # a fresh venv's first import compiles sglang's bytecode: minutes on a loaded 2-core box
 PROBE_MARK = "@@ENGINE-PROBE@@"
 PROFILER_ENV_DIFFUSION = "SGLANG_DIFFUSION_TORCH_PROFILER_DIR"
 PROFILER_ENV_GENERIC = "SGLANG_TORCH_PROFILER_DIR"
@@ -403,7 +403,9 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
             quality_aliases=found.get("quality_aliases") or {})
     except (ParserImportError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         missing = getattr(exc, "missing_module", None)
-        degraded = {"reason": str(exc) if missing is None else f"No module named '{missing}'",
+        reason = f"importing the parser took longer than {PROBE_TIMEOUT_S} s" if isinstance(
+            exc, subprocess.TimeoutExpired) else str(exc)
+        degraded = {"reason": reason if missing is None else f"No module named '{missing}'",
                     "missing_module": missing, "hint": engine_python.install_hint(missing, python, version)}
         actions = static_parser_actions(package_dir)
         if not actions:
