@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import log_gates, request_path
+from sgl_diffusion_bench import log_gates, log_markers, request_path
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 VERSION = "0.5.10.post1"
@@ -36,7 +36,7 @@ def test_recorded_runs_get_the_runners_verdict(scenario, status, tmp_path):
     doc = run.document
     assert doc["schema"] == "judge-run.v1" and doc["status"] == status and run.returncode == (0 if status == "valid"
                                                                                                else 1)
-    verdict = log_gates.scan_log((CPU / scenario / "log.txt").read_text(), log_gates.markers_for_version(VERSION),
+    verdict = log_gates.scan_log((CPU / scenario / "log.txt").read_text(), log_markers.markers_for_version(VERSION),
                                  require_native=True)
     perf_path = CPU / scenario / "perf.json"
     runner = request_path.judge_request(verdict=verdict, returncode=0, stop_reason=None,

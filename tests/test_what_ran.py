@@ -155,8 +155,8 @@ def test_report_header_says_what_ran():
     assert ("- Model `/srv/m/FLUX.1-dev` on 1 GPU(s); overrides: num_inference_steps=28; extra engine args: "
             "`--attention-backend torch_sdpa`.") in text
     assert "- eager: attention torch_sdpa; warm-up mode request;" in text
-    assert ("Warm-up: 2 request(s) over 2 cell(s), 112.2 s in all (56.1 s per cell, not in E2E): server warmup req "
-            "(1024x1024, 50 step(s))") in text
+    assert ("Warm-up by the engine itself: 2 request(s) over 2 cell(s), 112.2 s in all (56.1 s each, not in E2E): "
+            "server warmup req (1024x1024, 50 step(s))") in text
     assert "residency all=resident" in text and "BCG on" in text
 
 

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import bench_runner, command_builder, contract, engine_process, fileio, gpu, log_gates, warm_campaign, warm_engine
+from . import (bench_runner, command_builder, contract, engine_process, fileio, gpu, log_gates, log_markers, warm_campaign,
+               warm_engine)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -90,7 +91,7 @@ class Replay:
         self.preset, self.engine, self.label, self.bcg = preset, engine, label, bcg
         self.root = output_root / f"{preset.name}__{label}__bcg-replay"
         self.python, self.timeout_s, self.echo = python, timeout_s, echo
-        self.markers = log_gates.markers_for_version(engine.version)
+        self.markers = log_markers.markers_for_version(engine.version)
         self.requests = script(preset)
         self.cli_len = len(cli_prefix)
         self.configs = {}

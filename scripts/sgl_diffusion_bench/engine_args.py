@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any, Iterable, Sequence
 
-from . import log_gates
+from . import log_gates, log_markers
 
 BCG_FLAG = "--enable-breakable-cuda-graph"
 # server_args keys a reader of a benchmark needs to know were in effect (the full line holds ~150 keys).
@@ -135,7 +135,7 @@ def per_arm(runs: Iterable[tuple[str, int | None, dict[str, Any]]]) -> dict[str,
     return {"effective": effective, "warmups": warmups}
 
 
-def log_gate(markers: log_gates.MarkerSet, argv: Sequence[str], arm: Any, **kwargs: Any) -> log_gates.RequestLogGate:
+def log_gate(markers: log_markers.MarkerSet, argv: Sequence[str], arm: Any, **kwargs: Any) -> log_gates.RequestLogGate:
     """The log gate of one run: BCG is expected when the run's flags ask for it (an ab arm may carry BCG flags),
     not when the arm is named so."""
     kwargs.setdefault("quality", arm.quality)  # the caller passes the level the engine runs (aliases resolved)

@@ -130,10 +130,12 @@ def _engine_settings(doc: Mapping[str, Any], arms: list[str]) -> list[str]:
                                   f"{w['steps'] if w['steps'] is not None else '?'} step(s))"
                                   for c in warm["per_cell"] for w in c["warmups"])
             cells = len(warm["per_cell"])
-            text += (f". Warm-up: {warm['requests']} request(s) over {cells} cell(s), {warm['seconds']:.1f} s in all "
-                     f"({warm['seconds'] / cells:.1f} s per cell, not in E2E): {'; '.join(kinds)}")
+            where = "engine start(s)" if all(c["cell"] is None for c in warm["per_cell"]) else "cell(s)"
+            text += (f". Warm-up by the engine itself: {warm['requests']} request(s) over {cells} {where}, "
+                     f"{warm['seconds']:.1f} s in all ({warm['seconds'] / cells:.1f} s each, not in E2E): "
+                     f"{'; '.join(kinds)}")
         elif warm:
-            text += ". Warm-up: none logged"
+            text += ". Warm-up by the engine itself: none logged"
         lines.append(f"- {arm}: {text}.")
     return lines
 

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .. import contract, engine_probe, log_gates, media, presets, request_path, selftest
+from .. import contract, engine_probe, log_gates, log_markers, media, presets, request_path, selftest
 from ..cpu_adapter import sgl_cpu_adapter
 from . import _runner
 
@@ -50,7 +50,7 @@ def judge(args: argparse.Namespace) -> dict[str, Any]:
         raise contract.UsageError("usage.missing_log", "--log is required", f"{TOOL} --log engine.log --json")
     text = _read_log(args.log)
     version = args.engine_version or engine_probe.probe_engine().capabilities.version
-    markers = log_gates.markers_for_version(version)
+    markers = log_markers.markers_for_version(version)
     verdict = log_gates.scan_log(text, markers, bcg_expected=args.bcg, quality=args.quality,
                                  require_native=not args.no_require_native)
     adapter = sgl_cpu_adapter.summarize(line for line in text.splitlines() if sgl_cpu_adapter.TAG in line)
