@@ -150,7 +150,8 @@ class WarmCampaign:
             args = [f"--config={config}" if t == f"--config={inv.config_path}" else t for t in args]
         argv = warm_engine.driver_argv(runner.engine_python, args)
         start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
-                            contract.utc_now())
+                            contract.utc_now(),  # the engine's own memory figures: device memory on a GPU
+                            memory_kind="process_rss" if runner.cuda_visible_devices is None else "device")
         self.starts.append(start)
         print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)
         engine = warm_engine.WarmEngine(start.id, argv, runner._child_env(inv, self.prepared), start.log_path,
