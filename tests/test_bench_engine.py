@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, presets, tiny_model
+from sgl_diffusion_bench import bench_runner, campaign, command_builder, contract, engine_probe, presets, tiny_model
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = pytest.mark.engine
@@ -64,10 +64,13 @@ def _runner(tmp_path: Path, label: str, model_path: Path, extra_args=(), caller_
                                        caller_env=caller_env, use_cpu_adapter=True)
 
 
-def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path):
+def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path, monkeypatch):
     full_run_s = json.loads((TEST_FIXTURES / "engine-cpu-0.5.10" / "fallback-auto" / "run.json").read_text())["wall_s"]
     unresolved = tiny_model.ensure_tiny_flux(name=tiny_model.UNRESOLVED_NAME)
-    runner = _runner(tmp_path, "fallback", unresolved, extra_args=("--backend", "auto"))
+    # The runner pins the native backend and refuses a second --backend; only an auto backend can fall back, so the
+    # pin itself is swapped to reach the engine's real fallback line.
+    monkeypatch.setattr(command_builder, "BACKEND_PIN", "--backend=auto")
+    runner = _runner(tmp_path, "fallback", unresolved)
     doc = runner.run()
     cell = doc["cells"][0]
     stop = cell["gates"]["stop"]
@@ -127,7 +130,10 @@ def test_profile_run_on_the_real_engine_lists_its_trace_and_no_timings(tmp_path)
     doc = run.document
     assert run.returncode == 0 and doc["status"] == "valid", doc["reasons"]
     assert doc["timings_are_benchmark_numbers"] is False and "e2e_ms" not in json.dumps(doc)
-    assert list(doc["profiler_env"]) == ["SGLANG_TORCH_PROFILER_DIR"]  # what 0.5.10.post1's profiler reads
+    # The directory variables each release's profiler reads (0.5.23 added its own, read first).
+    expected_env = (["SGLANG_TORCH_PROFILER_DIR"] if INSTALLED == OLDER_RELEASE
+                    else ["SGLANG_DIFFUSION_TORCH_PROFILER_DIR", "SGLANG_TORCH_PROFILER_DIR"])
+    assert list(doc["profiler_env"]) == expected_env
     (trace,) = doc["traces"]
     assert trace["rank"] == 0 and Path(trace["path"]).is_file() and trace["path"].startswith(doc["trace_dir"])
     hot = run_script("analyze_trace", "hotspots", trace["path"], "--json")

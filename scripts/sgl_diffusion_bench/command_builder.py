@@ -27,6 +27,8 @@ WARMUP_MODE_DEFAULT = "request"
 RESIDENCY_MODES = ("resident", "component-offload", "snapshot-offload", "layerwise-offload")  # 0.5.23 server_args
 # No '_' (run ids join their parts with '__') and no '.' (so "<run id>.*" never matches a longer run id).
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
+# Every benchmark runs sglang's native pipeline: a diffusers fallback is caught by the log gate, never chosen.
+BACKEND_PIN = "--backend=sglang"
 BENCH_ENV_DEFAULTS = {"FLASHINFER_DISABLE_VERSION_CHECK": "1", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING": "1"}
 # Set by us on every run: NVML and CUDA then number GPUs the same way.
 BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
@@ -281,7 +283,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     rid = run_id(preset, options)
     run_dir = output_root / rid
     perf_dump = run_dir / f"{rid}.perf.json"
-    argv: list[str] = [*sglang_cli, "--backend=sglang", f"--model-path={model_path or preset.model}",
+    argv: list[str] = [*sglang_cli, BACKEND_PIN, f"--model-path={model_path or preset.model}",
                        f"--prompt={preset.prompt}", f"--seed={preset.seed}"]
     if preset.negative_prompt is not None:
         argv.append(f"--negative-prompt={preset.negative_prompt}")
