@@ -24,8 +24,11 @@ DEMO_LABEL ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: setup
 	@$(PY) scripts/bench_diffusion_denoise.py --model tiny-flux-cpu --label $(DEMO_LABEL) --report --json
 
+# The whole suite: tests that need no engine on both cores, then the real-engine tests one at a time (each engine run
+# takes both cores, and some of them time the engine's reaction to its own log lines).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 -m "not engine" --durations=15
+	$(PY) -m pytest -q -m engine --durations=15
 
 # The tests that run the real engine, against the release ENGINE selects.
 test-engine: setup
