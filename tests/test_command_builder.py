@@ -15,7 +15,7 @@ import pytest
 
 from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
 from conftest import HF_TOKEN_CANARY, run_script
-from sgl_diffusion_bench import assets, command_builder as cb, contract, engine_probe, engine_process, presets
+from sgl_diffusion_bench import assets, command_builder as cb, contract, engine_probe, engine_process, presets, tiny_model
 
 RECENT = engine_probe.recent_engine_capabilities()
 CLI = ("sglang", "generate")
@@ -257,7 +257,7 @@ def test_dry_run_plan_for_tiny_flux_cpu(tmp_path):
     assert doc["schema"] == "bench-plan.v1" and doc["refusals"] == [] and len(doc["runs"]) == 1
     plan = doc["runs"][0]
     assert plan["run_id"] == "tiny-flux-cpu__base" and plan["num_gpus"] == 0
-    assert f"--model-path={tmp_path}/.cache/tiny-models/tiny-FLUX.1-dev" in plan["argv"]
+    assert f"--model-path={tmp_path}/.cache/tiny-models/{tiny_model.transformers_tag()}/tiny-FLUX.1-dev" in plan["argv"]
     assert plan["artifacts"]["perf_dump_path"] == \
         f"{tmp_path}/outputs/diffusion_benchmarks/tiny-flux-cpu__base/tiny-flux-cpu__base.perf.json"
     assert plan["env_copy"] == {"HUGGINGFACE_HUB_TOKEN": "HF_TOKEN"}  # run_script sets HF_TOKEN

@@ -212,7 +212,7 @@ def test_documented_commands_run(doc, mode, placeholders, body, tmp_path, doc_ca
     if probe_cache.exists():
         shutil.copy(probe_cache, block_probe)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               SGLANG_DIFFUSION_SKILL_WORKDIR=str(work), SGL_DIFFUSION_TINY_MODEL_DIR=str(doc_caches / "tiny-models"),
+               SGLANG_DIFFUSION_SKILL_WORKDIR=str(work), DIFFUSION_BENCH_TINY_MODEL_DIR=str(doc_caches / "tiny-models"),
                HF_TOKEN=HF_TOKEN_CANARY, **{name: str(PLACEHOLDERS[name]) for name in placeholders})
     before = _untracked()
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, env=env, capture_output=True,

@@ -8,6 +8,7 @@ hand-made tokenizer vocabulary), and atomic: built in a temporary sibling direct
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -28,11 +29,20 @@ CLIP_MERGES = [("a", "t</w>"), ("c", "at</w>"), ("o", "g</w>"), ("d", "og</w>")]
 T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
 
 
+def transformers_tag() -> str:
+    """The transformers release the tiny model is saved with: a model saved by one release's tokenizers may not load
+    under an older one (0.5.23's transformers 5.19 vs 0.5.10.post1's 5.3), so each keeps its own copy."""
+    try:
+        return "transformers-" + importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return "transformers-none"
+
+
 def default_cache_dir() -> Path:
-    """$DIFFUSION_BENCH_TINY_MODEL_DIR, else <work root>/.cache/tiny-models."""
+    """$DIFFUSION_BENCH_TINY_MODEL_DIR, else <work root>/.cache/tiny-models/transformers-<version>."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
-    return env.work_root()[0] / ".cache" / "tiny-models"
+    return env.work_root()[0] / ".cache" / "tiny-models" / transformers_tag()
 
 
 def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> Path:
