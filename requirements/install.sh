@@ -33,7 +33,8 @@ if [[ -z $uv ]]; then
   [[ -x $boot/bin/uv ]] && uv=$boot/bin/uv
 fi
 if [[ -n $uv ]]; then
-  [[ -x $venv/bin/python ]] || "$uv" venv -q --python "$python" "$venv" >&2
+  # --seed: the venv gets pip like one made by python -m venv (users and .ci/wheel-selftest expect it)
+  [[ -x $venv/bin/python ]] || "$uv" venv -q --seed --python "$python" "$venv" >&2
   install=("$uv" pip install -q --python "$venv/bin/python")
 else
   [[ -x $venv/bin/python ]] || "$python" -m venv "$venv" >&2
