@@ -1,10 +1,14 @@
-"""The package's shape: no import cycle between its modules, and no module grown past what one reader can hold."""
+"""The package's shape: no import cycle between its modules, no module grown past what one reader can hold, and a
+refusal that loads nothing heavy."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +18,6 @@ from sgl_diffusion_bench import error_codes
 
 PACKAGE = SCRIPTS / "sgl_diffusion_bench"
 MAX_MODULE_LINES = 450
-# Being split along their seams (issue 13, Build 5); remove each name when its split lands.
-SPLIT_PENDING = {"sgl_diffusion_bench.log_gates"}
 
 
 def _module_name(path: Path) -> str:
@@ -82,10 +84,49 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_module_is_over_the_size_limit():
-    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in _modules().items()}
-    oversized = {n: s for n, s in sizes.items() if s > MAX_MODULE_LINES and n not in SPLIT_PENDING}
-    assert oversized == {}
+def oversized(modules: dict[str, Path]) -> dict[str, int]:
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()}
+    return {name: size for name, size in sizes.items() if size > MAX_MODULE_LINES}
+
+
+def test_no_module_is_over_the_size_limit(tmp_path):
+    assert oversized(_modules()) == {}
+    long = tmp_path / "long.py"
+    long.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert oversized({"long": long, "short": PACKAGE / "__init__.py"}) == {"long": MAX_MODULE_LINES + 1}
+
+
+# --- a refusal comes before anything heavy is loaded ------------------------------------------------------------
+
+HEAVY = ("torch", "sglang", "numpy", "PIL", "skimage")
+REFUSE_TWICE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from sgl_diffusion_bench.cli import bench
+out = sys.argv[2]
+codes = [bench.main(["--model", "tiny-flux-cpu", "--campaign", "ab", "--output-dir", out, "--json"]),
+         bench.main(["--model", "flux", "--label", "gated", "--engine-capabilities", "recent", "--output-dir", out,
+                     "--json"])]
+print(json.dumps({"codes": codes, "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[3:]))}))
+"""
+
+
+def test_a_refused_run_loads_no_torch_and_no_numpy(tmp_path):
+    """Two refusals in one real process (a usage error, and a gated model without a token: exit 3 after planning)
+    import none of the heavy libraries: what a user waits for before being told no is the package itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    proc = subprocess.run([sys.executable, "-c", REFUSE_TWICE, str(SCRIPTS), str(tmp_path / "out"), *HEAVY],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**env, "HF_HOME": str(tmp_path / "hf")})
+    decoder, docs, text = json.JSONDecoder(), [], proc.stdout.strip()
+    while text:
+        doc, end = decoder.raw_decode(text)
+        docs.append(doc)
+        text = text[end:].strip()
+    assert [d.get("error", {}).get("code") for d in docs[:2]] == ["usage.ab_needs_arms", "hf.gated_no_token"], \
+        proc.stderr[-2000:]
+    assert docs[2] == {"codes": [2, 3], "heavy": []}
+    assert not (tmp_path / "out").exists()
 
 
 # --- error codes: the registry (data/error_codes.yaml) and the codes the package raises ---------------------------

@@ -19,12 +19,13 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
-
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
+from typing import TYPE_CHECKING, Any, Iterable
 
 from . import __version__, hf_settings
+
+if TYPE_CHECKING:  # jsonschema is imported when the first document is checked, not by every import of this module
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
 from .paths import schema_dir
 
 SCHEMA_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*\.v[0-9]+$")
@@ -103,6 +104,8 @@ def load_schema(schema_id: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _registry() -> Registry:
+    from referencing import Registry, Resource
+
     resources = []
     for schema_id in list_schema_ids():
         resources.append((SCHEMA_BASE_URI + f"{schema_id}.schema.json",
@@ -112,6 +115,8 @@ def _registry() -> Registry:
 
 @functools.lru_cache(maxsize=None)
 def validator(schema_id: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(load_schema(schema_id), registry=_registry())
 
 

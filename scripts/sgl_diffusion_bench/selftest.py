@@ -22,7 +22,9 @@ def schema_checks(schema_ids: Iterable[str]) -> list[Check]:
 
     def make(schema_id: str) -> Check:
         def run() -> str:
-            contract.Draft202012Validator.check_schema(contract.load_schema(schema_id))
+            from jsonschema import Draft202012Validator
+
+            Draft202012Validator.check_schema(contract.load_schema(schema_id))
             return f"schemas/{schema_id}.schema.json is a valid schema"
 
         return Check(f"schema:{schema_id}", run)

@@ -8,10 +8,9 @@ unless the caller asks (``discard_outliers``); the result lists what was discard
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
-
-import numpy as np
 
 DEFAULT_THRESHOLD_PCT = 1.5
 DEFAULT_RESAMPLES = 10_000
@@ -132,9 +131,13 @@ def arm_summary(cells: Sequence[Mapping[str, Any]], arm: str, discard_outliers: 
     }
 
 
-def _bootstrap_change_pct(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
-                          resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Resampled relative changes (%); each inner sequence is one stratum (a round), resampled within itself."""
+def _bootstrap_interval(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]], *,
+                        resamples: int, seed: int, confidence: float) -> tuple[float, float]:
+    """The percentile-bootstrap interval (%) of the relative change of means; each inner sequence is one stratum (a
+    round), resampled within itself. numpy is imported here, not at the top: a refused run never needs it."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
 
     def resampled_means(strata: Sequence[Sequence[float]]) -> np.ndarray:
         total = np.zeros(resamples)
@@ -146,7 +149,10 @@ def _bootstrap_change_pct(baseline: Sequence[Sequence[float]], candidate: Sequen
         return total / count
 
     base = resampled_means(baseline)
-    return (resampled_means(candidate) - base) / base * 100
+    changes = (resampled_means(candidate) - base) / base * 100
+    tail = (1 - confidence) / 2 * 100
+    low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
+    return low, high
 
 
 POWER = 0.80  # the chance to detect an effect of the smallest detectable size
@@ -174,18 +180,16 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
     usable = [(b, c) for b, c in zip(base_strata, cand_strata) if b and c]
     strata_b = [b for b, _ in usable] or [list(base)]
     strata_c = [c for _, c in usable] or [list(cand)]
-    changes = _bootstrap_change_pct(strata_b, strata_c, resamples, np.random.default_rng(seed))
-    tail = (1 - confidence) / 2 * 100
-    low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
+    low, high = _bootstrap_interval(strata_b, strata_c, resamples=resamples, seed=seed, confidence=confidence)
     z = _z(1 - (1 - confidence) / 2) + _z(POWER)
     mde = z * ((cv_b ** 2 / len(base) + cv_c ** 2 / len(cand)) ** 0.5)
-    needed = int(np.ceil(z ** 2 * (cv_b ** 2 + cv_c ** 2) / threshold_pct ** 2)) if threshold_pct > 0 else None
+    needed = math.ceil(z ** 2 * (cv_b ** 2 + cv_c ** 2) / threshold_pct ** 2) if threshold_pct > 0 else None
     have = min(len(base), len(cand))
     result.update(change_ci_low_pct=low, change_ci_high_pct=high, min_detectable_effect_pct=mde,
                   samples_per_arm_needed=needed,
                   more_samples_per_arm=None if needed is None else max(0, needed - have),
                   rounds_needed=None if needed is None else max(DEFAULT_MIN_ROUNDS,
-                                                                int(np.ceil(needed / cells_per_round))))
+                                                                math.ceil(needed / cells_per_round)))
     return result
 
 
@@ -258,9 +262,7 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
         cand_strata = [[_metric(c, metric) for c in cand if c["round"] == r] for r in complete]
     else:
         base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
-    changes = _bootstrap_change_pct(base_strata, cand_strata, resamples, np.random.default_rng(seed))
-    tail = (1 - confidence) / 2 * 100
-    low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
+    low, high = _bootstrap_interval(base_strata, cand_strata, resamples=resamples, seed=seed, confidence=confidence)
     result["ci_low_pct"], result["ci_high_pct"] = low, high
 
     round_changes = [v for v in result["round_changes_pct"] if v is not None]
