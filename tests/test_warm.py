@@ -43,6 +43,60 @@ def test_a_config_file_counts_by_content_not_path():
     assert one == two != warm_campaign.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 2}')
 
 
+# What 0.5.23's SamplingParams.add_cli_args adds (a part): the probe's request_flags.
+REQUEST_FLAGS = frozenset({"--perf-dump-path", "--output-file-path", "--prompt", "--seed", "--width", "--height",
+                           "--num-inference-steps", "--guidance-scale", "--quality", "--save-output",
+                           "--use-diffusion-decoder"})
+
+
+def _arm(n: int, *flags: str, config: str | None = None, env: tuple[str, ...] = ()):
+    args = [*_request(n), *flags, *(["--config=/o/c.json"] if config is not None else [])]
+    return warm_campaign.engine_key(args, config, REQUEST_FLAGS, env)
+
+
+def test_arms_differing_only_in_what_the_engine_takes_per_request_share_an_engine():
+    keys = [_arm(1), _arm(2, "--num-inference-steps=4"), _arm(3, "--guidance-scale", "2.0"),
+            _arm(4, "--width=128", "--height=128"), _arm(5, "--enable-breakable-cuda-graph"), _arm(6),
+            _arm(7, "--use-diffusion-decoder"), _arm(8, env=("env X=1",))]
+    # steps, guidance and size share engine 0; BCG (an engine flag), the decoder (generate copies it into the
+    # server args) and a changed environment each need their own engine
+    assert warm_campaign.group_by_engine(keys) == [0, 0, 0, 0, 1, 0, 2, 3]
+    # where the probe cannot list the request flags, only paths, ports, seed and prompt are per request
+    unknown = [warm_campaign.engine_key([*_request(1), "--num-inference-steps=4"], None, None),
+               warm_campaign.engine_key(_request(2), None, None)]
+    assert warm_campaign.group_by_engine(unknown) == [0, 1]
+
+
+def test_a_config_file_splits_into_engine_keys_and_request_keys():
+    base = json.dumps({"num_inference_steps": 2, "dit_precision": "bf16"})
+    more_steps = json.dumps({"num_inference_steps": 8, "dit_precision": "bf16"})
+    other_engine = json.dumps({"num_inference_steps": 2, "dit_precision": "fp32"})
+    assert warm_campaign.group_by_engine([_arm(1, config=base), _arm(2, config=more_steps),
+                                          _arm(3, config=other_engine), _arm(4, config="not json")]) == [0, 0, 1, 2]
+    requests = [warm_campaign.request_key([*_request(n), "--config=/o/c.json"], c, REQUEST_FLAGS)
+                for n, c in ((1, base), (2, base), (3, more_steps))]
+    assert requests[0] == requests[1] != requests[2]  # where a request writes is not what it asks for
+
+
+def test_a_warm_request_is_gated_at_the_level_it_runs_not_the_arms_label():
+    """A BCG request on 0.5.23 whose arm carries no quality label still runs at the pinned default (lossless),
+    where a fusion mounted after capture invalidates it: the gate must know the level."""
+    from sgl_diffusion_bench import engine_args, log_markers
+
+    markers = log_markers.markers_for_version("0.5.23")
+    argv = [*_request(1), "--enable-breakable-cuda-graph"]
+    mount = "[12-01 10:00:00] Mounted fused_qk_norm for quality=lossless"
+
+    def late_fusion(quality):
+        gate = engine_args.log_gate(markers, argv, quality=quality, require_native=False, prior_captures=2)
+        gate.feed(mount)
+        return [r.code for r in gate.verdict().reasons] == ["bcg.late_fusion_mount"]
+
+    assert late_fusion("lossless") and not late_fusion(None)  # the arm's label (None) would have missed it
+    with pytest.raises(TypeError):  # no default taken from the arm: every caller names the level
+        engine_args.log_gate(markers, argv, require_native=False)
+
+
 def test_warmup_requests_write_elsewhere_and_keep_every_other_token():
     args = warm_campaign.with_request_paths(_request(1), Path("/w/warmup.perf.json"), Path("/w"), "warmup")
     assert args[args.index("--perf-dump-path") + 1] == "/w/warmup.perf.json"
@@ -63,6 +117,10 @@ def test_the_first_measured_request_is_compared_with_the_rest_of_its_engine():
     assert row["differs"] and row["deviation_pct"] == pytest.approx(30.0) and row["others_median"] == 100.0
     like_the_rest = [_cell(0, "e1", True, 100.5), *slow_first[1:]]
     assert warm_campaign.first_measured_effect(like_the_rest, "e2e_ms", 1.5)[0]["differs"] is False
+    # another arm on the same engine (more steps) is not what the first request is compared with
+    shared = [*like_the_rest, _cell(4, "e1", False, 200.0, arm="b"), _cell(5, "e1", False, 201.0, arm="b")]
+    row, = warm_campaign.first_measured_effect(shared, "e2e_ms", 1.5)
+    assert row["others_median"] == 100.0 and row["differs"] is False
 
 
 CLI_MODULES = ["bench", "cache", "compare", "env", "profile", "report", "trace"]

@@ -330,11 +330,10 @@ class CampaignRunner:
 
     def _run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation,
                   prepared: model_cache.PreparedCache | None) -> None:
-        arm = self.plan.arms[cell["arm"]]
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        gate = engine_args.log_gate(self.markers, invocation.argv, arm, quality=invocation.quality_level)
+        gate = engine_args.log_gate(self.markers, invocation.argv, quality=invocation.quality_level)
         facts = engine_args.EngineRunFacts()
         if invocation.quality is not None:
             cell["quality"] = dict(invocation.quality)  # the level the engine ran, aliases resolved

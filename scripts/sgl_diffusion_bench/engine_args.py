@@ -135,11 +135,13 @@ def per_arm(runs: Iterable[tuple[str, int | None, dict[str, Any]]]) -> dict[str,
     return {"effective": effective, "warmups": warmups}
 
 
-def log_gate(markers: log_markers.MarkerSet, argv: Sequence[str], arm: Any, **kwargs: Any) -> log_gates.RequestLogGate:
+def log_gate(markers: log_markers.MarkerSet, argv: Sequence[str], *, quality: str | None,
+             **kwargs: Any) -> log_gates.RequestLogGate:
     """The log gate of one run: BCG is expected when the run's flags ask for it (an ab arm may carry BCG flags),
-    not when the arm is named so."""
-    kwargs.setdefault("quality", arm.quality)  # the caller passes the level the engine runs (aliases resolved)
-    return log_gates.RequestLogGate(markers, bcg_expected=requests_bcg(argv), **{"require_native": True, **kwargs})
+    not when the arm is named so; ``quality`` is the level the engine runs the request at (the invocation's
+    ``quality_level``: an alias resolved, the pinned default filled in), never the arm's label."""
+    return log_gates.RequestLogGate(markers, bcg_expected=requests_bcg(argv), quality=quality,
+                                    **{"require_native": True, **kwargs})
 
 
 def arms_as_run(plan: Any, invocations: Sequence[Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ Two probe methods, best first:
 2. ``static_source``: when that import fails, read the parser-builder sources and collect the literal
    ``add_argument`` option strings with ``ast`` (milliseconds; misses flags built at run time, says so).
 The argparse probe also reads the engine's quality levels and aliases (``sampling_params.QUALITY_LEVELS`` and
-``QUALITY_ALIASES`` where the release has them). Its result is cached under ``<work root>/.cache/`` keyed by the
+``QUALITY_ALIASES`` where the release has them), and which flags are per-request: those ``SamplingParams.add_cli_args``
+adds (the engine hands them to ``DiffGenerator.generate`` per call) plus the generate command's own per-call
+``--perf-dump-path`` and ``--output-file-path``; the static method takes them from ``sampling_params.py``. Its result is cached under ``<work root>/.cache/`` keyed by the
 engine interpreter, version, package path and the sources' mtimes. When the parser cannot be imported the probe is
 **degraded**: it names the missing module and what to install, it is never cached, and callers refuse it unless
 they asked to accept a degraded probe (``--accept-degraded-probe``).
@@ -38,6 +40,8 @@ OFFLOAD_FLAGS = ("--dit-cpu-offload", "--text-encoder-cpu-offload", "--image-enc
                  "--vae-cpu-offload", "--dit-layerwise-offload", "--pin-cpu-memory")
 BCG_FLAG = "--enable-breakable-cuda-graph"
 # Relative to the sglang package: the parser builder and the modules whose add_cli_args it calls.
+SAMPLING_SOURCE = "multimodal_gen/configs/sample/sampling_params.py"  # SamplingParams.add_cli_args: per-request flags
+GENERATE_REQUEST_FLAGS = ("--perf-dump-path", "--output-file-path")  # generate_cmd applies them per call
 PARSER_SOURCES = ("multimodal_gen/runtime/entrypoints/cli/generate.py", "multimodal_gen/runtime/server_args.py",
                   "multimodal_gen/runtime/server_args", "multimodal_gen/configs/sample/sampling_params.py",
                   "multimodal_gen/configs/pipeline_configs/base.py", "multimodal_gen/configs/quantization")
@@ -48,7 +52,7 @@ _MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]+)'")
 
 # Flags the engine validates against an enum of its own instead of argparse choices: (flag, module, enum class).
 ENUM_VALIDATED = (("--attention-backend", "sglang.multimodal_gen.runtime.platforms.interface", "AttentionBackendEnum"),)
-PROBE_FORMAT = 3  # part of the cache key: a probe written by an older format is probed again
+PROBE_FORMAT = 4  # part of the cache key: a probe written by an older format is probed again
 
 _INTROSPECT = f"""
 import argparse, enum, importlib, json
@@ -72,13 +76,21 @@ for a in parser._actions:
     if choices is None:
         choices = next((enum_choices[o] for o in a.option_strings if o in enum_choices), None)
     actions.append({{"options": list(a.option_strings), "choices": choices}})
+request_parser = argparse.ArgumentParser(add_help=False)
+try:
+    from sglang.multimodal_gen.configs.sample.sampling_params import SamplingParams
+    SamplingParams.add_cli_args(request_parser)
+    request_flags = [o for a in request_parser._actions for o in a.option_strings if o.startswith("--")]
+except Exception:
+    request_flags = None
 levels = aliases = None
 try:
     from sglang.multimodal_gen.configs.sample import sampling_params as sp
     levels, aliases = list(sp.QUALITY_LEVELS), dict(sp.QUALITY_ALIASES)
 except (ImportError, AttributeError):
     pass
-print({PROBE_MARK!r} + json.dumps({{"actions": actions, "quality_levels": levels, "quality_aliases": aliases}}))
+print({PROBE_MARK!r} + json.dumps({{"actions": actions, "quality_levels": levels, "quality_aliases": aliases,
+                                 "request_flags": request_flags}}))
 """
 
 
@@ -102,6 +114,8 @@ class EngineCapabilities:
     # prefixes such as "--component-attention-backends." and suffixes such as "-path", "-quantization".
     dynamic_prefixes: tuple[str, ...] = ()
     dynamic_suffixes: tuple[str, ...] = ()
+    # Flags the engine takes per request (DiffGenerator.generate's sampling parameters); None where unknown.
+    request_flags: frozenset[str] | None = None
 
     def has_flag(self, flag: str) -> bool:
         return flag in self.flags
@@ -178,7 +192,8 @@ class EngineCapabilities:
                 "distinct_quality_levels": list(self.distinct_quality_levels),
                 "degraded": None if self.degraded is None else dict(self.degraded), "python": self.python,
                 "dynamic_flag_forms": {"prefixes": list(self.dynamic_prefixes),
-                                       "suffixes": list(self.dynamic_suffixes)}}
+                                       "suffixes": list(self.dynamic_suffixes)},
+                "request_flags": None if self.request_flags is None else sorted(self.request_flags)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "EngineCapabilities":
@@ -190,7 +205,8 @@ class EngineCapabilities:
                    quality_aliases=dict(data.get("quality_aliases") or {}), degraded=data.get("degraded"),
                    python=data.get("python"),
                    dynamic_prefixes=tuple((data.get("dynamic_flag_forms") or {}).get("prefixes", ())),
-                   dynamic_suffixes=tuple((data.get("dynamic_flag_forms") or {}).get("suffixes", ())))
+                   dynamic_suffixes=tuple((data.get("dynamic_flag_forms") or {}).get("suffixes", ())),
+                   request_flags=None if data.get("request_flags") is None else frozenset(data["request_flags"]))
 
 
 _RECENT_FLAGS = """
@@ -212,6 +228,15 @@ _RECENT_FLAGS = """
 --enable-prompt-rewrite --action --streaming --refiner-chunked --use-diffusion-decoder --ltx2-two-stage-device-mode
 --vae-config.parallel-decode-mode
 """
+# Those of _RECENT_FLAGS that main's SamplingParams.add_cli_args adds, plus generate's per-call ones.
+_RECENT_REQUEST_FLAGS = """
+--perf-dump-path --output-file-path --prompt --prompt-path --negative-prompt --seed --generator-device --width
+--height --4k --2k --1080p --720p --num-frames --fps --num-inference-steps --guidance-scale --guidance-scale-2
+--true-cfg-scale --save-output --no-save-output --output-file-name --output-quality --quality --profile
+--num-profiled-timesteps --profile-all-stages --num-outputs-per-prompt --num-outputs --image-path --enable-cache-dit
+--cfg-gate-step --attention-backend-override --diffusers-kwargs --return-frames --debug --progressive-mode
+--adjust-frames --enable-prompt-rewrite --action --use-diffusion-decoder
+"""
 
 
 def recent_engine_capabilities() -> EngineCapabilities:
@@ -226,7 +251,8 @@ def recent_engine_capabilities() -> EngineCapabilities:
         quality_levels=("exact", "lossless", "high"), quality_aliases={"extra-high": "lossless"},
         dynamic_prefixes=("--component-paths.", "--component-weights-paths.", "--component-quantizations.",
                           "--component-precisions.", "--component-attention-backends."),
-        dynamic_suffixes=("-path", "-weights-path", "-quantization"))
+        dynamic_suffixes=("-path", "-weights-path", "-quantization"),
+        request_flags=frozenset(_RECENT_REQUEST_FLAGS.split()))
 
 
 def _release_tuple(version: str | None) -> tuple[int, ...]:
@@ -268,10 +294,19 @@ def _literal_option(node: ast.AST) -> str | None:
     return None
 
 
-def static_parser_actions(package_dir: Path) -> list[dict[str, Any]]:
-    """Literal ``add_argument`` calls in the parser-builder sources, as [{options, choices}]."""
+def static_request_flags(package_dir: Path) -> frozenset[str] | None:
+    """The per-request flags as the sources say: literal options in ``sampling_params.py`` (None if unreadable)."""
+    path = package_dir / SAMPLING_SOURCE
+    if not path.is_file():
+        return None
+    options = {o for a in static_parser_actions(package_dir, [path]) for o in a["options"] if o.startswith("--")}
+    return frozenset(options | set(GENERATE_REQUEST_FLAGS)) if options else None
+
+
+def static_parser_actions(package_dir: Path, files: Iterable[Path] | None = None) -> list[dict[str, Any]]:
+    """Literal ``add_argument`` calls in the parser-builder sources (or ``files``), as [{options, choices}]."""
     actions = []
-    for path in _source_files(package_dir):
+    for path in _source_files(package_dir) if files is None else files:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         except (OSError, SyntaxError):
@@ -400,7 +435,9 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
         caps = capabilities_from_actions(
             found["actions"], version=version, package_dir=package_dir, method="argparse", python=python,
             quality_levels=None if found.get("quality_levels") is None else tuple(found["quality_levels"]),
-            quality_aliases=found.get("quality_aliases") or {})
+            quality_aliases=found.get("quality_aliases") or {},
+            request_flags=None if found.get("request_flags") is None
+            else frozenset([*found["request_flags"], *GENERATE_REQUEST_FLAGS]))
     except (ParserImportError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         missing = getattr(exc, "missing_module", None)
         reason = f"importing the parser took longer than {PROBE_TIMEOUT_S} s" if isinstance(
@@ -414,7 +451,8 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
                 f"{degraded['reason']}", degraded["hint"]) from exc
         caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static_source",
                                          problems=[f"argparse probe failed, read the parser sources instead: {exc}"],
-                                         degraded=degraded, python=python)
+                                         degraded=degraded, python=python,
+                                         request_flags=static_request_flags(package_dir))
         if not accept_degraded:
             raise contract.PreconditionError(
                 "engine.probe_degraded", f"cannot import the generate parser of sglang {version} at {package_dir}: "

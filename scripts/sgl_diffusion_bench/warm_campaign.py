@@ -1,11 +1,15 @@
 """Warm-engine campaigns: one resident engine per engine configuration, serving the campaign's requests in plan order.
 
-Arms whose commands differ only in per-request options (output paths, ports, seed, prompt) share an engine; arms
-that differ in an engine flag (eager vs BCG) get one engine each. All engines stay resident when memory allows (the
+Arms whose commands differ only in per-request options share an engine; arms that differ in an engine flag (eager vs
+BCG), a config file's engine keys or the environment get one engine each. Which flags are per-request is the
+engine's own answer (the probe's ``request_flags``: what ``SamplingParams.add_cli_args`` adds, i.e. what
+``DiffGenerator.generate`` takes per call, such as steps, guidance, size, seed, prompt); where the probe cannot tell,
+only output paths, ports, seed and prompt count as per-request. All engines stay resident when memory allows (the
 first engine's footprint is measured before a second starts) and requests interleave exactly as planned (A/B/B/A);
 otherwise engines alternate in blocks of consecutive slots, restarting between blocks. Each engine is started, built
 and warmed the way a cold cell is (the same flags, so the same startup warmup), then serves ``warmup_requests``
-uncounted warm-up requests, then the measured ones. Every measured request is judged by the same code as a cold cell
+uncounted warm-up requests for each distinct request it will serve (a cold cell warms on its own request), then the
+measured ones. Every measured request is judged by the same code as a cold cell
 (``request_path.judge_request``), on its own log segment, perf dump and output.
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import statistics
 import sys
 import time
@@ -22,9 +27,16 @@ from typing import Any, Callable, Sequence
 from . import command_builder, contract, engine_args, host_load, request_path, warm_engine
 from .cpu_adapter import sgl_cpu_adapter
 
-# Options that change per request, never the engine: they are left out of the engine key.
-REQUEST_ONLY_FLAGS = ("--perf-dump-path", "--output-path", "--output-file-name", "--master-port", "--scheduler-port",
-                      "--seed", "--prompt", "--negative-prompt", "--image-path", "--output-file-path")
+# Where a request writes and the ports a cold cell would bind (a warm engine binds its own once): per request on
+# every release, and never part of what a request asks for.
+REQUEST_PATH_FLAGS = ("--perf-dump-path", "--output-path", "--output-file-name", "--output-file-path",
+                      "--master-port", "--scheduler-port")
+# Per request on every supported release (SamplingParams fields in 0.5.10.post1 and 0.5.23) even where the probe
+# could not list the engine's request flags.
+ALWAYS_PER_REQUEST = (*REQUEST_PATH_FLAGS, "--seed", "--prompt", "--negative-prompt", "--image-path")
+# Sampling flags that generate_cmd copies into the server args (0.5.23: --use-diffusion-decoder sets
+# load_diffusion_decoder): a request cannot change them on an engine already built.
+ENGINE_SIDE_EFFECT_FLAGS = frozenset({"--use-diffusion-decoder"})
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
 SCHEDULES = ("auto", "interleaved", "alternating_blocks")  # auto: interleaved when every engine fits at once
 
@@ -44,17 +56,56 @@ def split_flags(args: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
     return pairs
 
 
-def engine_key(generate_args: Sequence[str], config_content: str | None) -> tuple[str, ...]:
-    """What must be equal for two requests to share an engine: every flag but the per-request ones; a config
-    file counts by its content (its path is per run)."""
+def per_request_flags(request_flags: frozenset[str] | None) -> frozenset[str]:
+    """The flags a built engine takes per request: the probe's ``request_flags`` (None: not known) and the ones
+    per-request everywhere, less those generate copies into the server args."""
+    return frozenset(ALWAYS_PER_REQUEST) | ((request_flags or frozenset()) - ENGINE_SIDE_EFFECT_FLAGS)
+
+
+def _config_part(content: str | None, keep_request: bool, per_request: frozenset[str]) -> str:
+    """A JSON config file's engine keys (or its request keys): generate hands the keys that are sampling fields to
+    each request and builds the engine from the rest. Content that is not a JSON object counts whole as engine."""
+    try:
+        config = json.loads(content or "")
+    except ValueError:
+        config = None
+    if not isinstance(config, dict):
+        return "" if keep_request else content or ""
+    part = {k: v for k, v in config.items() if (f"--{k.replace('_', '-')}" in per_request) == keep_request}
+    return json.dumps(part, sort_keys=True)
+
+
+def engine_key(generate_args: Sequence[str], config_content: str | None, request_flags: frozenset[str] | None = None,
+               env: Sequence[str] = ()) -> tuple[str, ...]:
+    """What must be equal for two requests to share an engine: every flag the engine does not take per request, a
+    config file's engine keys (its path is per run), and the environment changes (``env``)."""
+    per_request = per_request_flags(request_flags)
     key = []
     for flag, values, _ in split_flags(generate_args):
-        if flag in REQUEST_ONLY_FLAGS:
+        if flag in per_request:
             continue
         if flag == "--config":
-            values = [config_content or ""]
+            values = [_config_part(config_content, False, per_request)]
         key.append(" ".join([flag, *values]))
+    return (*key, *env)
+
+
+def request_key(generate_args: Sequence[str], config_content: str | None,
+                request_flags: frozenset[str] | None = None) -> tuple[str, ...]:
+    """What a request asks its engine for (steps, size, seed, prompt, ...), where it writes left out: requests
+    with equal keys warm an engine up alike."""
+    per_request = per_request_flags(request_flags)
+    key = [" ".join([flag, *values]) for flag, values, _ in split_flags(generate_args)
+           if flag in per_request and flag not in REQUEST_PATH_FLAGS]
+    if any(flag == "--config" for flag, _, _ in split_flags(generate_args)):
+        key.append(_config_part(config_content, True, per_request))
     return tuple(key)
+
+
+def group_by_engine(keys: Sequence[tuple[str, ...]]) -> list[int]:
+    """Per request, the index of its engine configuration (first appearance order)."""
+    seen: dict[tuple[str, ...], int] = {}
+    return [seen.setdefault(key, len(seen)) for key in keys]
 
 
 def with_request_paths(generate_args: Sequence[str], perf_dump: Path, output_dir: Path, stem: str) -> list[str]:
@@ -114,14 +165,15 @@ class WarmCampaign:
         self.runner, self.prepared = runner, prepared
         self.settings = runner.settings
         self.cli_len = len(runner.cli_prefix)
-        keys: list[tuple[str, ...]] = []
-        self.key_of_cell: list[int] = []
-        for inv in runner.invocations:
-            key = engine_key(inv.argv[self.cli_len:], inv.config_content)
-            if key not in keys:
-                keys.append(key)
-            self.key_of_cell.append(keys.index(key))
+        request_flags = runner.engine.request_flags
+        self.key_of_cell = group_by_engine([engine_key(inv.argv[self.cli_len:], inv.config_content, request_flags,
+                                                       invocation_env(inv)) for inv in runner.invocations])
+        self.request_key_of_cell = [request_key(inv.argv[self.cli_len:], inv.config_content, request_flags)
+                                    for inv in runner.invocations]
+        keys = sorted(set(self.key_of_cell))
         self.keys = keys
+        self.grouping = {"request_flags_source": runner.engine.method if request_flags is not None else "fallback",
+                         "engine_configurations": len(keys)}
         self.starts: list[EngineStart] = []
         self.resident: dict[int, EngineStart] = {}
         self.failed: dict[int, EngineStart] = {}
@@ -139,7 +191,6 @@ class WarmCampaign:
         runner = self.runner
         first = self.key_of_cell.index(key_index)
         inv = runner.invocations[first]
-        arm = runner.plan.arms[runner.cells[first]["arm"]]
         number = len(self.starts) + 1
         engine_dir = self.settings.output_root / f"{inv.run_id.split('__')[0]}__{self.settings.label}__warm-e{number}"
         engine_dir.mkdir(parents=True, exist_ok=False)
@@ -159,7 +210,7 @@ class WarmCampaign:
         start.engine = engine
         gpu_before = self._gpu_snapshot()
         engine.start()
-        gate = engine_args.log_gate(runner.markers, inv.argv, arm)
+        gate = engine_args.log_gate(runner.markers, inv.argv, quality=inv.quality_level)
 
         def on_line(line: str) -> str | None:
             self._note_adapter(start, line)
@@ -174,12 +225,12 @@ class WarmCampaign:
         reasons = [f"{r.code}: {r.message}" for r in verdict.reasons if r.code != "bcg.no_capture"]
         if ready.status != "ok":
             reasons.insert(0, _segment_reason(ready, "while loading"))
-        for n in range(1, self.settings.warmup_requests + 1) if not reasons else ():
+        for n, warm_inv in enumerate(self._warmup_requests(key_index) if not reasons else (), start=1):
             warm_dir = engine_dir / f"warmup{n}"
-            args = with_request_paths(inv.argv[self.cli_len:], warm_dir / "warmup.perf.json", warm_dir, "warmup")
+            args = with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json", warm_dir, "warmup")
             judged: dict[str, Any] = {}  # judged like a measured request, never counted
-            segment = self._serve(start, arm, judged, f"{start.id}-warmup{n}", args, warm_dir / "warmup.perf.json",
-                                  warm_dir, "warmup", warm_dir / "engine.log")
+            segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
+                                  warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log")
             start.warmup_s += segment.wall_s
             start.warmup_requests += 1
             if judged["status"] != "valid":
@@ -197,6 +248,14 @@ class WarmCampaign:
             print(f"[engine {start.id}] ready after {start.load_s:.1f} s load + {start.warmup_s:.1f} s warm-up",
                   file=sys.stderr, flush=True)
         return start
+
+    def _warmup_requests(self, key_index: int) -> list[command_builder.Invocation]:
+        """``warmup_requests`` uncounted requests per distinct request this engine will serve, in plan order."""
+        firsts: dict[tuple[str, ...], int] = {}
+        for index, (engine, request) in enumerate(zip(self.key_of_cell, self.request_key_of_cell)):
+            if engine == key_index:
+                firsts.setdefault(request, index)
+        return [self.runner.invocations[i] for i in firsts.values() for _ in range(self.settings.warmup_requests)]
 
     def _note_adapter(self, start: EngineStart, line: str) -> None:
         """The CPU adapter's lines of this engine (it may patch lazily, so requests add lines too)."""
@@ -281,12 +340,14 @@ class WarmCampaign:
 
     # -- requests ------------------------------------------------------------------------------------------------
 
-    def _serve(self, start: EngineStart, arm, cell: dict[str, Any], request_id: str, args: list[str],
-               perf_dump: Path, output_dir: Path, stem: str, log_path: Path,
+    def _serve(self, start: EngineStart, cell: dict[str, Any], request_id: str, args: list[str],
+               quality: str | None, perf_dump: Path, output_dir: Path, stem: str, log_path: Path,
                boundary: Callable[[], request_path.Boundary] | None = None) -> warm_engine.Segment:
-        """One request on a warm engine, judged into ``cell`` by the same code as a cold cell."""
+        """One request on a warm engine, judged into ``cell`` by the same code as a cold cell (gated at the level
+        the request runs at, ``quality``, as a cold cell is)."""
         runner = self.runner
-        gate = engine_args.log_gate(runner.markers, args, arm, prior_captures=start.captures, require_native=False)
+        gate = engine_args.log_gate(runner.markers, args, quality=quality, prior_captures=start.captures,
+                                    require_native=False)
         output_dir.mkdir(parents=True, exist_ok=True)
 
         def on_line(line: str) -> str | None:
@@ -330,14 +391,14 @@ class WarmCampaign:
         return sample
 
     def run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation, index: int) -> None:
-        runner = self.runner
         key_index = self.key_of_cell[index]
         start = self._engine_for(key_index)
-        arm = runner.plan.arms[cell["arm"]]
         first = start.first_measured_cell is None
         cell["engine"] = {"id": start.id, "first_measured": first and start.status == "serving", "recaptures": None}
         cell["started_at"] = contract.utc_now()
         cell["log_path"] = str(invocation.run_dir / "engine.log")
+        if invocation.quality is not None:
+            cell["quality"] = dict(invocation.quality)  # the level the engine ran, aliases resolved (as cold)
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if start.status != "serving":
             Path(cell["log_path"]).write_text("", encoding="utf-8")
@@ -347,9 +408,9 @@ class WarmCampaign:
             return
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        segment = self._serve(start, arm, cell, invocation.run_id, list(invocation.argv[self.cli_len:]),
-                              invocation.perf_dump_path, invocation.output_dir, invocation.output_file_stem,
-                              Path(cell["log_path"]), boundary=self._boundary_sampler())
+        segment = self._serve(start, cell, invocation.run_id, list(invocation.argv[self.cli_len:]),
+                              invocation.quality_level, invocation.perf_dump_path, invocation.output_dir,
+                              invocation.output_file_stem, Path(cell["log_path"]), boundary=self._boundary_sampler())
         cell["engine"]["recaptures"] = cell.pop("recaptures")
         if first:
             start.first_measured_cell = cell["index"]
@@ -359,9 +420,16 @@ class WarmCampaign:
     # -- reporting -----------------------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        return engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
-                             self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
-                             self.settings.warmup_requests)
+        return {**engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
+                                self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
+                                self.settings.warmup_requests), "grouping": self.grouping}
+
+
+def invocation_env(invocation: command_builder.Invocation) -> tuple[str, ...]:
+    """The environment changes of an invocation, as engine-key tokens (an engine's environment is its process's)."""
+    return (*(f"env {k}={v}" for k, v in sorted(invocation.env_set.items())),
+            *(f"env-copy {k}={v}" for k, v in sorted(invocation.env_copy.items())),
+            *(f"env-unset {k}" for k in sorted(invocation.env_unset)))
 
 
 def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
@@ -375,7 +443,8 @@ def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
 
 
 def first_measured_effect(cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float) -> list[dict[str, Any]]:
-    """Per engine, the first measured request against the other measured requests of the same arm on that engine.
+    """Per engine, the first measured request against the other measured requests of the same arm on that engine
+    (arms sharing an engine may ask for different requests).
 
     ``differs`` when it lies further from their median than both ``threshold_pct`` and the others' own spread."""
     out = []
@@ -387,7 +456,7 @@ def first_measured_effect(cells: Sequence[dict[str, Any]], metric: str, threshol
         first = next((c for c in served if c["engine"]["first_measured"]), None)
         if first is None:
             continue
-        rest = [c["perf"][metric] for c in served if c is not first]  # one engine serves one configuration
+        rest = [c["perf"][metric] for c in served if c is not first and c["arm"] == first["arm"]]
         row: dict[str, Any] = {"engine": engine_id, "cell": first["index"], "arm": first["arm"],
                                "value": first["perf"][metric], "others_median": None, "deviation_pct": None,
                                "others_spread_pct": None, "differs": None}
