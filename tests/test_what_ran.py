@@ -68,14 +68,14 @@ def test_ab_arm_with_bcg_flags_is_gated_as_bcg(tmp_path):
     failed_log = (H23 / "bcg-capture-failed" / "log.txt").read_text(encoding="utf-8")
     captured_log = (H23 / "direct-pair" / "bcg" / "log.txt").read_text(encoding="utf-8")
     for log, valid in ((failed_log, False), (captured_log, True)):
-        gate = engine_args.log_gate(runner.markers, by_arm["b"].argv, plan.arms["b"])
+        gate = engine_args.log_gate(runner.markers, by_arm["b"].argv, quality=by_arm["b"].quality_level)
         for line in log.splitlines():
             gate.feed(line)
         verdict = gate.verdict()
         assert verdict.valid is valid and verdict.bcg.expected
         if not valid:
             assert "bcg.no_capture" in verdict.reason_codes()
-    eager_gate = engine_args.log_gate(runner.markers, by_arm["a"].argv, plan.arms["a"])
+    eager_gate = engine_args.log_gate(runner.markers, by_arm["a"].argv, quality=by_arm["a"].quality_level)
     for line in captured_log.splitlines():
         eager_gate.feed(line)
     assert "bcg.unexpected_capture" in eager_gate.verdict().reason_codes()  # arm A asked for no BCG
