@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench import engine_probe
+from sgl_diffusion_bench import engine_probe, engine_sources
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +106,7 @@ def test_second_probe_is_a_cache_hit(installed_probe):
 @pytest.mark.engine
 def test_static_fallback_agrees_with_argparse_on_the_installed_sources(installed_probe):
     caps = installed_probe.capabilities
-    static = engine_probe.static_parser_actions(__import__("pathlib").Path(caps.package_dir))
+    static = engine_sources.static_parser_actions(__import__("pathlib").Path(caps.package_dir))
     flags = {o for a in static for o in a["options"] if o.startswith("--")}
     assert flags <= caps.flags
     # Only flags built at run time are beyond a static read: the nested --dit-config./--vae-config. ones, and
@@ -136,7 +136,7 @@ def _fake_package(tmp_path, profiler_text):
 
 def test_static_parser_reads_literal_options_and_choices(tmp_path):
     pkg = _fake_package(tmp_path, 'os.getenv("SGLANG_DIFFUSION_TORCH_PROFILER_DIR") or os.getenv("SGLANG_TORCH_PROFILER_DIR")')
-    caps = engine_probe.capabilities_from_actions(engine_probe.static_parser_actions(pkg), version="9.9",
+    caps = engine_probe.capabilities_from_actions(engine_sources.static_parser_actions(pkg), version="9.9",
                                                   package_dir=pkg, method="static_source")
     assert caps.flags == {"--perf-dump-path", "--warmup-mode", "--quality", "--enable-breakable-cuda-graph", "--seed"}
     assert caps.choices == {"--warmup-mode": ("off", "request", "server")}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import warm_campaign
+from sgl_diffusion_bench import warm_campaign, warm_grouping
 from sgl_diffusion_bench.cli import _runner
 
 BASE = ["--backend=sglang", "--model-path=/m/tiny-FLUX.1-dev", "--prompt=a cat", "--seed=42", "--width=64",
@@ -27,20 +27,20 @@ def _request(n: int, *extra: str) -> list[str]:
 
 
 def test_requests_differing_only_in_per_request_options_share_an_engine():
-    a, b = warm_campaign.engine_key(_request(1), None), warm_campaign.engine_key(_request(2), None)
+    a, b = warm_grouping.engine_key(_request(1), None), warm_grouping.engine_key(_request(2), None)
     assert a == b
     other_seed = [t.replace("--seed=42", "--seed=7") for t in _request(3)]
-    assert warm_campaign.engine_key(other_seed, None) == a  # the seed is a request option
-    bcg = warm_campaign.engine_key(_request(4, "--enable-breakable-cuda-graph", "--warmup-resolutions", "64x64"), None)
+    assert warm_grouping.engine_key(other_seed, None) == a  # the seed is a request option
+    bcg = warm_grouping.engine_key(_request(4, "--enable-breakable-cuda-graph", "--warmup-resolutions", "64x64"), None)
     assert bcg != a  # an engine flag: eager and BCG never share an engine
     quality = [t.replace("--quality=lossless", "--quality=high") for t in _request(5)]
-    assert warm_campaign.engine_key(quality, None) != a
+    assert warm_grouping.engine_key(quality, None) != a
 
 
 def test_a_config_file_counts_by_content_not_path():
-    one = warm_campaign.engine_key([*_request(1), "--config=/o/r1/c.json"], '{"a": 1}')
-    two = warm_campaign.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 1}')
-    assert one == two != warm_campaign.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 2}')
+    one = warm_grouping.engine_key([*_request(1), "--config=/o/r1/c.json"], '{"a": 1}')
+    two = warm_grouping.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 1}')
+    assert one == two != warm_grouping.engine_key([*_request(2), "--config=/o/r2/c.json"], '{"a": 2}')
 
 
 # What 0.5.23's SamplingParams.add_cli_args adds (a part): the probe's request_flags.
@@ -51,7 +51,7 @@ REQUEST_FLAGS = frozenset({"--perf-dump-path", "--output-file-path", "--prompt",
 
 def _arm(n: int, *flags: str, config: str | None = None, env: tuple[str, ...] = ()):
     args = [*_request(n), *flags, *(["--config=/o/c.json"] if config is not None else [])]
-    return warm_campaign.engine_key(args, config, REQUEST_FLAGS, env)
+    return warm_grouping.engine_key(args, config, REQUEST_FLAGS, env)
 
 
 def test_arms_differing_only_in_what_the_engine_takes_per_request_share_an_engine():
@@ -60,20 +60,20 @@ def test_arms_differing_only_in_what_the_engine_takes_per_request_share_an_engin
             _arm(7, "--use-diffusion-decoder"), _arm(8, env=("env X=1",))]
     # steps, guidance and size share engine 0; BCG (an engine flag), the decoder (generate copies it into the
     # server args) and a changed environment each need their own engine
-    assert warm_campaign.group_by_engine(keys) == [0, 0, 0, 0, 1, 0, 2, 3]
+    assert warm_grouping.group_by_engine(keys) == [0, 0, 0, 0, 1, 0, 2, 3]
     # where the probe cannot list the request flags, only paths, ports, seed and prompt are per request
-    unknown = [warm_campaign.engine_key([*_request(1), "--num-inference-steps=4"], None, None),
-               warm_campaign.engine_key(_request(2), None, None)]
-    assert warm_campaign.group_by_engine(unknown) == [0, 1]
+    unknown = [warm_grouping.engine_key([*_request(1), "--num-inference-steps=4"], None, None),
+               warm_grouping.engine_key(_request(2), None, None)]
+    assert warm_grouping.group_by_engine(unknown) == [0, 1]
 
 
 def test_a_config_file_splits_into_engine_keys_and_request_keys():
     base = json.dumps({"num_inference_steps": 2, "dit_precision": "bf16"})
     more_steps = json.dumps({"num_inference_steps": 8, "dit_precision": "bf16"})
     other_engine = json.dumps({"num_inference_steps": 2, "dit_precision": "fp32"})
-    assert warm_campaign.group_by_engine([_arm(1, config=base), _arm(2, config=more_steps),
+    assert warm_grouping.group_by_engine([_arm(1, config=base), _arm(2, config=more_steps),
                                           _arm(3, config=other_engine), _arm(4, config="not json")]) == [0, 0, 1, 2]
-    requests = [warm_campaign.request_key([*_request(n), "--config=/o/c.json"], c, REQUEST_FLAGS)
+    requests = [warm_grouping.request_key([*_request(n), "--config=/o/c.json"], c, REQUEST_FLAGS)
                 for n, c in ((1, base), (2, base), (3, more_steps))]
     assert requests[0] == requests[1] != requests[2]  # where a request writes is not what it asks for
 
@@ -98,7 +98,7 @@ def test_a_warm_request_is_gated_at_the_level_it_runs_not_the_arms_label():
 
 
 def test_warmup_requests_write_elsewhere_and_keep_every_other_token():
-    args = warm_campaign.with_request_paths(_request(1), Path("/w/warmup.perf.json"), Path("/w"), "warmup")
+    args = warm_grouping.with_request_paths(_request(1), Path("/w/warmup.perf.json"), Path("/w"), "warmup")
     assert args[args.index("--perf-dump-path") + 1] == "/w/warmup.perf.json"
     assert args[args.index("--output-path") + 1] == "/w" and args[args.index("--output-file-name") + 1] == "warmup"
     untouched = [t for t in _request(1) if not t.startswith("/o/") and t != "r1"]

@@ -19,7 +19,6 @@ they asked to accept a degraded probe (``--accept-degraded-probe``).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import os
@@ -29,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, engine_flag_forms, engine_python, env, fileio, inputs
+from . import contract, engine_flag_forms, engine_python, engine_sources, env, fileio, inputs
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 900  # a fresh venv's first import compiles sglang's bytecode: minutes on a loaded 2-core box
@@ -40,11 +39,6 @@ OFFLOAD_FLAGS = ("--dit-cpu-offload", "--text-encoder-cpu-offload", "--image-enc
                  "--vae-cpu-offload", "--dit-layerwise-offload", "--pin-cpu-memory")
 BCG_FLAG = "--enable-breakable-cuda-graph"
 # Relative to the sglang package: the parser builder and the modules whose add_cli_args it calls.
-SAMPLING_SOURCE = "multimodal_gen/configs/sample/sampling_params.py"  # SamplingParams.add_cli_args: per-request flags
-GENERATE_REQUEST_FLAGS = ("--perf-dump-path", "--output-file-path")  # generate_cmd applies them per call
-PARSER_SOURCES = ("multimodal_gen/runtime/entrypoints/cli/generate.py", "multimodal_gen/runtime/server_args.py",
-                  "multimodal_gen/runtime/server_args", "multimodal_gen/configs/sample/sampling_params.py",
-                  "multimodal_gen/configs/pipeline_configs/base.py", "multimodal_gen/configs/quantization")
 PROFILER_SOURCE = "multimodal_gen/runtime/utils/profiler.py"
 # Newest release known to read only SGLANG_TORCH_PROFILER_DIR (used when profiler.py cannot be read).
 LAST_GENERIC_PROFILER_ENV_RELEASE = (0, 5, 10, 1)
@@ -274,63 +268,6 @@ def profiler_dir_env_from_source(package_dir: Path, version: str | None) -> tupl
     return (PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), "version_table"
 
 
-def _source_files(package_dir: Path) -> list[Path]:
-    files = []
-    for rel in PARSER_SOURCES:
-        path = package_dir / rel
-        if path.is_dir():
-            files.extend(sorted(path.rglob("*.py")))
-        elif path.is_file():
-            files.append(path)
-    return files
-
-
-def _literal_option(node: ast.AST) -> str | None:
-    """An option string from a str constant or an f-string whose placeholders are prefixes (rendered empty)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
-    return None
-
-
-def static_request_flags(package_dir: Path) -> frozenset[str] | None:
-    """The per-request flags as the sources say: literal options in ``sampling_params.py`` (None if unreadable)."""
-    path = package_dir / SAMPLING_SOURCE
-    if not path.is_file():
-        return None
-    options = {o for a in static_parser_actions(package_dir, [path]) for o in a["options"] if o.startswith("--")}
-    return frozenset(options | set(GENERATE_REQUEST_FLAGS)) if options else None
-
-
-def static_parser_actions(package_dir: Path, files: Iterable[Path] | None = None) -> list[dict[str, Any]]:
-    """Literal ``add_argument`` calls in the parser-builder sources (or ``files``), as [{options, choices}]."""
-    actions = []
-    for path in _source_files(package_dir) if files is None else files:
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        except (OSError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-            if name != "add_argument":
-                continue
-            options = [o for o in map(_literal_option, node.args) if o and o.startswith("-")]
-            if not options:
-                continue
-            choices = None
-            for kw in node.keywords:
-                if kw.arg == "choices":
-                    try:
-                        choices = [str(c) for c in ast.literal_eval(kw.value)]
-                    except (ValueError, TypeError, SyntaxError):
-                        choices = None
-            actions.append({"options": options, "choices": choices})
-    return actions
-
-
 class ParserImportError(RuntimeError):
     """Importing sglang's generate parser failed; ``missing_module`` when an import named one."""
 
@@ -361,7 +298,7 @@ def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: 
                 if action.get("choices"):
                     choices[option] = tuple(action["choices"])
     profiler_env, profiler_source = profiler_dir_env_from_source(package_dir, version)
-    prefixes, suffixes = engine_flag_forms.dynamic_flag_forms(_source_files(package_dir))
+    prefixes, suffixes = engine_flag_forms.dynamic_flag_forms(engine_sources.source_files(package_dir))
     extra.setdefault("dynamic_prefixes", prefixes)
     extra.setdefault("dynamic_suffixes", suffixes)
     return EngineCapabilities(version=version, package_dir=str(package_dir), method=method, flags=frozenset(flags),
@@ -371,7 +308,7 @@ def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: 
 
 def cache_key(version: str | None, package_dir: Path, python: str | None = None) -> str:
     mtimes = []
-    for path in _source_files(package_dir):
+    for path in engine_sources.source_files(package_dir):
         try:
             mtimes.append(f"{path.relative_to(package_dir)}@{path.stat().st_mtime_ns}")
         except OSError:
@@ -437,14 +374,14 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
             quality_levels=None if found.get("quality_levels") is None else tuple(found["quality_levels"]),
             quality_aliases=found.get("quality_aliases") or {},
             request_flags=None if found.get("request_flags") is None
-            else frozenset([*found["request_flags"], *GENERATE_REQUEST_FLAGS]))
+            else frozenset([*found["request_flags"], *engine_sources.GENERATE_REQUEST_FLAGS]))
     except (ParserImportError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         missing = getattr(exc, "missing_module", None)
         reason = f"importing the parser took longer than {PROBE_TIMEOUT_S} s" if isinstance(
             exc, subprocess.TimeoutExpired) else str(exc)
         degraded = {"reason": reason if missing is None else f"No module named '{missing}'",
                     "missing_module": missing, "hint": engine_python.install_hint(missing, python, version)}
-        actions = static_parser_actions(package_dir)
+        actions = engine_sources.static_parser_actions(package_dir)
         if not actions:
             raise contract.PreconditionError(
                 "engine.probe_failed", f"cannot learn the CLI of sglang {version} at {package_dir}: "
@@ -452,7 +389,7 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
         caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static_source",
                                          problems=[f"argparse probe failed, read the parser sources instead: {exc}"],
                                          degraded=degraded, python=python,
-                                         request_flags=static_request_flags(package_dir))
+                                         request_flags=engine_sources.static_request_flags(package_dir))
         if not accept_degraded:
             raise contract.PreconditionError(
                 "engine.probe_degraded", f"cannot import the generate parser of sglang {version} at {package_dir}: "

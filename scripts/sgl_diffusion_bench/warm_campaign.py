@@ -17,104 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import command_builder, contract, engine_args, host_load, request_path, warm_engine
+from . import command_builder, contract, engine_args, host_load, request_path, warm_engine, warm_grouping
 from .cpu_adapter import sgl_cpu_adapter
 
-# Where a request writes and the ports a cold cell would bind (a warm engine binds its own once): per request on
-# every release, and never part of what a request asks for.
-REQUEST_PATH_FLAGS = ("--perf-dump-path", "--output-path", "--output-file-name", "--output-file-path",
-                      "--master-port", "--scheduler-port")
-# Per request on every supported release (SamplingParams fields in 0.5.10.post1 and 0.5.23) even where the probe
-# could not list the engine's request flags.
-ALWAYS_PER_REQUEST = (*REQUEST_PATH_FLAGS, "--seed", "--prompt", "--negative-prompt", "--image-path")
-# Sampling flags that generate_cmd copies into the server args (0.5.23: --use-diffusion-decoder sets
-# load_diffusion_decoder): a request cannot change them on an engine already built.
-ENGINE_SIDE_EFFECT_FLAGS = frozenset({"--use-diffusion-decoder"})
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
 SCHEDULES = ("auto", "interleaved", "alternating_blocks")  # auto: interleaved when every engine fits at once
-
-
-def split_flags(args: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
-    """(flag, values, original tokens) for ``--k=v``, ``--k v1 v2`` and bare ``--k``, in order."""
-    pairs: list[tuple[str, list[str], list[str]]] = []
-    for token in args:
-        if token.startswith("--"):
-            flag, eq, value = token.partition("=")
-            pairs.append((flag, [value] if eq else [], [token]))
-        elif pairs:
-            pairs[-1][1].append(token)
-            pairs[-1][2].append(token)
-        else:
-            pairs.append((token, [], [token]))
-    return pairs
-
-
-def per_request_flags(request_flags: frozenset[str] | None) -> frozenset[str]:
-    """The flags a built engine takes per request: the probe's ``request_flags`` (None: not known) and the ones
-    per-request everywhere, less those generate copies into the server args."""
-    return frozenset(ALWAYS_PER_REQUEST) | ((request_flags or frozenset()) - ENGINE_SIDE_EFFECT_FLAGS)
-
-
-def _config_part(content: str | None, keep_request: bool, per_request: frozenset[str]) -> str:
-    """A JSON config file's engine keys (or its request keys): generate hands the keys that are sampling fields to
-    each request and builds the engine from the rest. Content that is not a JSON object counts whole as engine."""
-    try:
-        config = json.loads(content or "")
-    except ValueError:
-        config = None
-    if not isinstance(config, dict):
-        return "" if keep_request else content or ""
-    part = {k: v for k, v in config.items() if (f"--{k.replace('_', '-')}" in per_request) == keep_request}
-    return json.dumps(part, sort_keys=True)
-
-
-def engine_key(generate_args: Sequence[str], config_content: str | None, request_flags: frozenset[str] | None = None,
-               env: Sequence[str] = ()) -> tuple[str, ...]:
-    """What must be equal for two requests to share an engine: every flag the engine does not take per request, a
-    config file's engine keys (its path is per run), and the environment changes (``env``)."""
-    per_request = per_request_flags(request_flags)
-    key = []
-    for flag, values, _ in split_flags(generate_args):
-        if flag in per_request:
-            continue
-        if flag == "--config":
-            values = [_config_part(config_content, False, per_request)]
-        key.append(" ".join([flag, *values]))
-    return (*key, *env)
-
-
-def request_key(generate_args: Sequence[str], config_content: str | None,
-                request_flags: frozenset[str] | None = None) -> tuple[str, ...]:
-    """What a request asks its engine for (steps, size, seed, prompt, ...), where it writes left out: requests
-    with equal keys warm an engine up alike."""
-    per_request = per_request_flags(request_flags)
-    key = [" ".join([flag, *values]) for flag, values, _ in split_flags(generate_args)
-           if flag in per_request and flag not in REQUEST_PATH_FLAGS]
-    if any(flag == "--config" for flag, _, _ in split_flags(generate_args)):
-        key.append(_config_part(config_content, True, per_request))
-    return tuple(key)
-
-
-def group_by_engine(keys: Sequence[tuple[str, ...]]) -> list[int]:
-    """Per request, the index of its engine configuration (first appearance order)."""
-    seen: dict[tuple[str, ...], int] = {}
-    return [seen.setdefault(key, len(seen)) for key in keys]
-
-
-def with_request_paths(generate_args: Sequence[str], perf_dump: Path, output_dir: Path, stem: str) -> list[str]:
-    """The same request writing its perf dump and output elsewhere (the uncounted warm-up requests)."""
-    replace = {"--perf-dump-path": str(perf_dump), "--output-path": str(output_dir), "--output-file-name": stem}
-    out: list[str] = []
-    for flag, _, tokens in split_flags(generate_args):
-        out += [flag, replace[flag]] if flag in replace else tokens
-    return out
 
 
 @dataclasses.dataclass
@@ -166,9 +79,11 @@ class WarmCampaign:
         self.settings = runner.settings
         self.cli_len = len(runner.cli_prefix)
         request_flags = runner.engine.request_flags
-        self.key_of_cell = group_by_engine([engine_key(inv.argv[self.cli_len:], inv.config_content, request_flags,
-                                                       invocation_env(inv)) for inv in runner.invocations])
-        self.request_key_of_cell = [request_key(inv.argv[self.cli_len:], inv.config_content, request_flags)
+        grouping = warm_grouping
+        self.key_of_cell = grouping.group_by_engine([
+            grouping.engine_key(inv.argv[self.cli_len:], inv.config_content, request_flags, grouping.invocation_env(inv))
+            for inv in runner.invocations])
+        self.request_key_of_cell = [grouping.request_key(inv.argv[self.cli_len:], inv.config_content, request_flags)
                                     for inv in runner.invocations]
         keys = sorted(set(self.key_of_cell))
         self.keys = keys
@@ -227,7 +142,8 @@ class WarmCampaign:
             reasons.insert(0, _segment_reason(ready, "while loading"))
         for n, warm_inv in enumerate(self._warmup_requests(key_index) if not reasons else (), start=1):
             warm_dir = engine_dir / f"warmup{n}"
-            args = with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json", warm_dir, "warmup")
+            args = warm_grouping.with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json",
+                                                    warm_dir, "warmup")
             judged: dict[str, Any] = {}  # judged like a measured request, never counted
             segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
                                   warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log")
@@ -423,13 +339,6 @@ class WarmCampaign:
         return {**engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
                                 self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
                                 self.settings.warmup_requests), "grouping": self.grouping}
-
-
-def invocation_env(invocation: command_builder.Invocation) -> tuple[str, ...]:
-    """The environment changes of an invocation, as engine-key tokens (an engine's environment is its process's)."""
-    return (*(f"env {k}={v}" for k, v in sorted(invocation.env_set.items())),
-            *(f"env-copy {k}={v}" for k, v in sorted(invocation.env_copy.items())),
-            *(f"env-unset {k}" for k in sorted(invocation.env_unset)))
 
 
 def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
