@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -27,20 +28,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from sgl_diffusion_bench import sequential, stats  # noqa: E402
+from sgl_diffusion_bench.cell import Cell  # noqa: E402
 
 BASE_MS = 4000.0
 ORDER = ("A", "B", "B", "A")
 
 
 def simulated_cells(rng: np.random.Generator, rounds: int, cv_pct: float, change_pct: float,
-                    first_round: int = 1) -> list[dict]:
+                    first_round: int = 1) -> list[Cell]:
     cells = []
     for rnd in range(first_round, first_round + rounds):
         for pos, letter in enumerate(ORDER):
             mean = BASE_MS * (1 + change_pct / 100) if letter == "B" else BASE_MS
             e2e = float(rng.normal(mean, mean * cv_pct / 100))
-            cells.append({"index": len(cells), "arm": letter, "round": rnd, "position": f"{letter}{pos}",
-                          "status": "valid", "perf": {"e2e_ms": e2e}})
+            cells.append(Cell(index=len(cells), arm=letter, round=rnd, position=f"{letter}{pos}", status="valid",
+                              perf={"e2e_ms": e2e}))
     return cells
 
 
@@ -61,9 +63,9 @@ def sequential_rates(campaigns: int, budget: int, cv_pct: float, change_pct: flo
     rng = np.random.default_rng(seed)
     verdicts, stops, rounds_used = collections.Counter(), collections.Counter(), []
     for _ in range(campaigns):
-        cells: list[dict] = []
+        cells: list[Cell] = []
         for rnd in range(1, budget + 1):
-            cells += [{**c, "index": len(cells) + k}
+            cells += [dataclasses.replace(c, index=len(cells) + k)
                       for k, c in enumerate(simulated_cells(rng, 1, cv_pct, change_pct, first_round=rnd))]
             if rnd < rule.min_rounds:
                 continue

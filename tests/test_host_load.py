@@ -7,6 +7,7 @@ import sys
 import time
 
 from sgl_diffusion_bench import host_load, report
+from sgl_diffusion_bench.cell import Cell
 
 
 def _with_spinner(window_s=0.6):
@@ -32,9 +33,9 @@ def test_a_busy_process_at_a_boundary_is_named_and_flags_the_cell():
 def test_the_report_counts_contended_cells():
     _, busy = _with_spinner(0.3)
     quiet = dict(busy, busy_processes=[], busy_process_count=0)
-    cells = [{"index": 0, "gates": {"host": {"before": quiet, "after": quiet, "contended": False}}},
-             {"index": 1, "gates": {"host": {"before": busy, "after": quiet, "contended": True}}},
-             {"index": 2, "gates": {}}]
+    cells = [Cell(index=0, arm="a", gates={"host": {"before": quiet, "after": quiet, "contended": False}}),
+             Cell(index=1, arm="a", gates={"host": {"before": busy, "after": quiet, "contended": True}}),
+             Cell(index=2, arm="a")]
     summary = host_load.summary(cells)
     assert summary["sampled_cells"] == 2 and summary["contended_cells"] == [1]
     assert "1 of 2 cells ran while other processes were busy" in summary["note"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -14,6 +15,7 @@ from PIL import Image
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import contract, fileio, quality
+from sgl_diffusion_bench.cell import Cell
 
 PNG = "sglang-0.5.10-h200/tiny_plain/out.png"
 
@@ -104,7 +106,7 @@ def test_mp4_frames_and_frame_count_mismatch(tmp_path):
 
 
 def example_cells():
-    return json.loads((TEST_FIXTURES / "bench-report" / "example.json").read_text())["cells"]
+    return [Cell.from_json(c) for c in json.loads((TEST_FIXTURES / "bench-report" / "example.json").read_text())["cells"]]
 
 
 def test_byte_identity_groups_cells_by_hash():
@@ -112,8 +114,8 @@ def test_byte_identity_groups_cells_by_hash():
     check = quality.byte_identity(cells, ["eager", "bcg"])
     assert check["identical"] and check["passed"] and len(check["groups"]) == 1
     assert check["groups"][0]["cells"] == list(range(8))
-    cells[6]["outputs"][0]["sha256"] = "0" * 64
-    cells[2]["outputs"] = []
+    cells[6].outputs[0]["sha256"] = "0" * 64
+    cells[2].outputs = []
     check = quality.byte_identity(cells, ["eager", "bcg"])
     assert not check["passed"] and [g["cells"] for g in check["groups"]] == [[0, 1, 3, 4, 5, 7], [6]]
     assert check["groups"][1]["arms"] == ["bcg"] and check["cells_without_outputs"] == [2]
@@ -122,8 +124,8 @@ def test_byte_identity_groups_cells_by_hash():
 def test_output_quality_scores_a_lossy_arm_against_the_reference(tmp_path):
     ref = shutil.copy(TEST_FIXTURES / PNG, tmp_path / "ref.png")
     outs = {0: ref, 1: perturbed(ref, tmp_path / "hi1.png", 2), 2: perturbed(ref, tmp_path / "hi2.png", 40, 1)}
-    cells = [{"index": i, "arm": "eager" if i == 0 else "high", "status": "valid",
-              "outputs": [{"path": str(p), "sha256": fileio.sha256_file(p), "bytes": 1}]} for i, p in outs.items()]
+    cells = [Cell(index=i, arm="eager" if i == 0 else "high", status="valid",
+                  outputs=[{"path": str(p), "sha256": fileio.sha256_file(p), "bytes": 1}]) for i, p in outs.items()]
     arms = {"eager": {"quality": "lossless"}, "high": {"quality": "high"}}
     result = quality.output_quality(cells, arms, "eager")
     identity, similarity = result["checks"]
@@ -136,7 +138,7 @@ def test_output_quality_scores_a_lossy_arm_against_the_reference(tmp_path):
         {"$ref": contract.SCHEMA_BASE_URI + "bench-report.v1.schema.json#/$defs/output_quality"},
         registry=contract._registry())
     assert list(validator.iter_errors(result)) == []
-    assert quality.output_quality([dict(c, outputs=[]) for c in cells], arms, "eager") is None
+    assert quality.output_quality([dataclasses.replace(c, outputs=[]) for c in cells], arms, "eager") is None
 
 
 def test_default_thresholds():

@@ -11,6 +11,7 @@ from PIL import Image
 
 from conftest import TEST_FIXTURES, run_script
 from sgl_diffusion_bench import contract, quality, report, stats
+from sgl_diffusion_bench.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
 
@@ -22,9 +23,9 @@ def load_example():
 def test_example_validates_and_its_summary_is_what_the_code_computes():
     doc = load_example()
     assert contract.validation_errors(doc) == []
-    c = doc["campaign"]
-    summary = stats.summarize(doc["cells"], list(c["arms"]), c["baseline_arm"], c["candidate_arm"])
-    summary["output_quality"] = quality.output_quality(doc["cells"], c["arms"], c["baseline_arm"])
+    c, cells = doc["campaign"], [Cell.from_json(raw) for raw in doc["cells"]]
+    summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"])
+    summary["output_quality"] = quality.output_quality(cells, c["arms"], c["baseline_arm"])
     assert json.loads(contract.dumps({"s": summary})) == {"s": doc["summary"]}
 
 
@@ -60,7 +61,7 @@ def test_partial_campaign_with_invalid_cells_and_no_comparison(tmp_path):
     doc["cells"][2] = dict(doc["cells"][2], status="invalid", perf=None,
                            reasons=["no '[Diffusion BCG] captured' marker"])
     doc["cells"][7] = dict(doc["cells"][7], status="contended", reasons=["foreign process on GPU 1"])
-    doc["summary"] = stats.summarize(doc["cells"], ["eager", "bcg"])
+    doc["summary"] = stats.summarize([Cell.from_json(raw) for raw in doc["cells"]], ["eager", "bcg"])
     doc["summary"]["output_quality"] = None
     doc["plan"] = {}
     assert contract.validation_errors(doc) == []

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
 
 from conftest import REPO, TEST_FIXTURES
 from sgl_diffusion_bench import perf_dump, stats
+from sgl_diffusion_bench.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
 ROWS = [(1, "A1", "eager"), (1, "B1", "bcg"), (1, "B2", "bcg"), (1, "A2", "eager"),
@@ -18,7 +20,7 @@ def seed_cells():
     cells = []
     for i, (rnd, pos, arm) in enumerate(ROWS):
         perf = perf_dump.load_perf_dump(SEED / f"r{rnd}-{pos.lower()}-{arm}.json", "device").to_json()
-        cells.append({"index": i, "arm": arm, "round": rnd, "position": pos, "status": "valid", "perf": perf})
+        cells.append(Cell(index=i, arm=arm, round=rnd, position=pos, status="valid", perf=perf))
     return cells
 
 
@@ -92,8 +94,8 @@ def test_swapped_arms_regress():
 
 
 def cell(i, arm, rnd, e2e, status="valid"):
-    return {"index": i, "arm": arm, "round": rnd, "position": None, "status": status,
-            "perf": {"e2e_ms": e2e, "denoise_ms": e2e * 0.9, "stages": {"DenoisingStage": e2e * 0.9}}}
+    return Cell(index=i, arm=arm, round=rnd, status=status,
+                perf={"e2e_ms": e2e, "denoise_ms": e2e * 0.9, "stages": {"DenoisingStage": e2e * 0.9}})
 
 
 def test_rounds_that_disagree_are_not_an_improvement():
@@ -109,7 +111,7 @@ def test_insufficient_data():
     m = stats.metric_change(one_round, "A", "B", "e2e_ms")
     assert m["verdict"] == "insufficient_data" and "1 round(s)" in m["reason"]
     assert m["change_pct"] == pytest.approx((900.5 - 1000.5) / 1000.5 * 100)  # still reported, not judged
-    invalid = [dict(c, status="invalid") if c["index"] == 2 else c for c in one_round]
+    invalid = [dataclasses.replace(c, status="invalid") if c.index == 2 else c for c in one_round]
     m = stats.metric_change(invalid, "A", "B", "e2e_ms", min_rounds=1)
     assert m["verdict"] == "insufficient_data" and "1 candidate" in m["reason"]
     assert stats.metric_change(one_round, "A", "B", "e2e_ms", min_rounds=1)["verdict"] == "improved"
@@ -117,7 +119,7 @@ def test_insufficient_data():
 
 def test_invalid_cells_are_not_counted():
     cells = seed_cells()
-    cells[5]["status"] = "invalid"
+    cells[5].status = "invalid"
     summary = stats.summarize(cells, ["eager", "bcg"], "eager", "bcg")
     assert summary["arms"]["bcg"]["n_cells"] == 4 and summary["arms"]["bcg"]["n_valid"] == 3
     assert summary["comparison"]["rounds"][1]["candidate_cells"] == [6]

@@ -14,6 +14,7 @@ from PIL import Image
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, presets, quality, report,
                                  stats, validity)
+from sgl_diffusion_bench.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
@@ -24,13 +25,20 @@ def example() -> dict:
     return json.loads(EXAMPLE.read_text())
 
 
+def cells_of(doc: dict) -> list[Cell]:
+    return [Cell.from_json(c) for c in doc["cells"]]
+
+
 def judged_summary(doc: dict, engine_levels=None) -> dict:
+    """The runner's judging of the report's cells; the judged cells are written back into ``doc``."""
     c = doc["campaign"]
-    output_quality = validity.apply_output_checks(doc["cells"], c["arms"], c["baseline_arm"], engine_levels)
-    summary = stats.summarize(doc["cells"], list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
+    cells = cells_of(doc)
+    output_quality = validity.apply_output_checks(cells, c["arms"], c["baseline_arm"], engine_levels)
+    summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
                               primary_metric="denoise_ms")  # the seed PR's claim: denoise ~5% faster
     summary["output_quality"] = output_quality
     validity.apply_to_comparison(summary["comparison"], output_quality)
+    doc["cells"] = [cell.to_json() for cell in cells]
     return summary
 
 
@@ -38,7 +46,7 @@ def test_the_recorded_campaign_is_improved_while_its_bytes_agree():
     doc = example()
     summary = judged_summary(doc)
     assert summary["comparison"]["verdict"] == "improved"
-    assert all(c["status"] == "valid" for c in doc["cells"]) and validity.exit_reason(doc["cells"]) == "success"
+    assert all(c["status"] == "valid" for c in doc["cells"]) and validity.exit_reason(cells_of(doc)) == "success"
 
 
 def test_bcg_bytes_differing_from_eager_can_never_read_improved():
@@ -54,10 +62,10 @@ def test_bcg_bytes_differing_from_eager_can_never_read_improved():
     comparison = summary["comparison"]
     assert comparison["verdict"] == "outputs_differ"
     assert {m["verdict"] for m in comparison["metrics"].values()} == {"outputs_differ"}
-    assert validity.exit_reason(doc["cells"]) == "outputs_differ"
+    assert validity.exit_reason(cells_of(doc)) == "outputs_differ"
     # idempotent: judging again (the runner does after every cell) keeps one reason, the same verdict
     again = judged_summary(doc)
-    assert again["comparison"]["verdict"] == "outputs_differ" and len(cell["reasons"]) == 1
+    assert again["comparison"]["verdict"] == "outputs_differ" and len(doc["cells"][2]["reasons"]) == 1
     full = {**doc, "summary": summary}
     assert contract.validation_errors(full, "bench-report.v1") == []
     markdown = report.render_markdown(full, plot_name=None)
@@ -96,11 +104,12 @@ def test_levels_are_judged_by_what_the_release_promises(levels, level, semantics
 def test_an_alias_arm_must_match_its_canonical_level_bytes():
     doc = example()
     arms = {"eager": {"quality": "lossless"}, "bcg": {"quality": "extra-high"}}
-    doc["cells"][1]["outputs"][0]["sha256"] = "a" * 64
-    result = validity.apply_output_checks(doc["cells"], arms, "eager", V23_LEVELS)
+    cells = cells_of(doc)
+    cells[1].outputs[0]["sha256"] = "a" * 64
+    result = validity.apply_output_checks(cells, arms, "eager", V23_LEVELS)
     [identity] = result["checks"]
     assert identity["level"] == "lossless" and identity["arms"] == ["eager", "bcg"]
-    assert [m["cell"] for m in identity["mismatches"]] == [1] and doc["cells"][1]["status"] == "invalid"
+    assert [m["cell"] for m in identity["mismatches"]] == [1] and cells[1].status == "invalid"
 
 
 def _png(path: Path, array: np.ndarray) -> dict:
@@ -112,14 +121,14 @@ def test_a_lossy_arm_below_the_thresholds_is_invalid(tmp_path):
     rng = np.random.default_rng(0)
     base = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
     noisy = np.clip(base.astype(int) + rng.integers(-90, 90, base.shape), 0, 255).astype(np.uint8)
-    cells = [{"index": 0, "arm": "eager", "status": "valid", "reasons": [], "perf": {"e2e_ms": 1.0},
-              "outputs": [_png(tmp_path / "ref.png", base)]},
-             {"index": 1, "arm": "fast", "status": "valid", "reasons": [], "perf": {"e2e_ms": 0.5},
-              "outputs": [_png(tmp_path / "fast.png", noisy)]}]
+    cells = [Cell(index=0, arm="eager", status="valid", perf={"e2e_ms": 1.0},
+                  outputs=[_png(tmp_path / "ref.png", base)]),
+             Cell(index=1, arm="fast", status="valid", perf={"e2e_ms": 0.5},
+                  outputs=[_png(tmp_path / "fast.png", noisy)])]
     result = validity.apply_output_checks(cells, {"eager": {"quality": "exact"}, "fast": {"quality": "high"}},
                                           "eager", V23_LEVELS)
-    assert not result["passed"] and cells[1]["status"] == "invalid" and cells[1]["perf"] is None
-    assert cells[1]["reasons"][0].startswith(quality.QUALITY_REASON)
+    assert not result["passed"] and cells[1].status == "invalid" and cells[1].perf is None
+    assert cells[1].reasons[0].startswith(quality.QUALITY_REASON)
 
 
 def test_the_worst_frame_is_gated_not_only_reported(tmp_path):
@@ -166,10 +175,11 @@ def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
                                          model_path=str(tmp_path / "model"), asset_filenames={})
     recorded = example()["cells"]
     for cell, seen in zip(runner.cells, recorded):
-        cell.update({k: copy.deepcopy(seen[k]) for k in ("status", "reasons", "perf", "outputs", "wall_s")})
+        for key in ("status", "reasons", "perf", "outputs", "wall_s"):
+            setattr(cell, key, copy.deepcopy(seen[key]))
     assert runner.report()["summary"]["comparison"]["verdict"] == "improved"
-    runner.cells[6]["outputs"][0]["sha256"] = "0" * 64
+    runner.cells[6].outputs[0]["sha256"] = "0" * 64
     doc = runner.report()
     assert doc["summary"]["comparison"]["verdict"] == "outputs_differ" and not doc["ok"]
-    assert runner.cells[6]["status"] == "invalid"
+    assert runner.cells[6].status == "invalid" and doc["cells"][6]["status"] == "invalid"
     assert contract.validation_errors(doc) == []

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import SCRIPTS, run_script
 from sgl_diffusion_bench import warm_campaign, warm_grouping
+from sgl_diffusion_bench.cell import Cell
 from sgl_diffusion_bench.cli import _runner
 
 BASE = ["--backend=sglang", "--model-path=/m/tiny-FLUX.1-dev", "--prompt=a cat", "--seed=42", "--width=64",
@@ -106,8 +107,8 @@ def test_warmup_requests_write_elsewhere_and_keep_every_other_token():
 
 
 def _cell(index, engine, first, value, arm="a"):
-    return {"index": index, "arm": arm, "status": "valid", "perf": {"e2e_ms": value},
-            "engine": {"id": engine, "first_measured": first, "recaptures": 0}}
+    return Cell(index=index, arm=arm, status="valid", perf={"e2e_ms": value},
+                engine={"id": engine, "first_measured": first, "recaptures": 0})
 
 
 def test_the_first_measured_request_is_compared_with_the_rest_of_its_engine():
@@ -194,7 +195,7 @@ def _round_cells(changes_pct, noise=(0.0, 0.0)):
     for r, change in enumerate(changes_pct, start=1):
         for arm, value in (("A", 100.0 + noise[0]), ("B", 100.0 * (1 + change / 100)), ("B", 100.0 * (1 + change / 100)),
                            ("A", 100.0 - noise[0])):
-            cells.append({"index": len(cells), "arm": arm, "round": r, "status": "valid", "perf": {"e2e_ms": value}})
+            cells.append(Cell(index=len(cells), arm=arm, round=r, status="valid", perf={"e2e_ms": value}))
     return cells
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_process, env, fileio,
                host_load, log_markers, model_cache, report, request_path, run_claim, run_record, sequential, stats,
                validity, warm_campaign)
+from .cell import Cell
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .run_record import reproduce_command  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
@@ -85,30 +86,25 @@ class Progress:
         self.total = total
         self.stream = stream or sys.stderr
 
-    def start(self, cell: dict[str, Any]) -> None:
-        where = f"round {cell['round']} {cell['position']}" if cell["round"] else "single run"
-        print(f"[cell {cell['index'] + 1}/{self.total}] {cell['arm']} ({where}) starting", file=self.stream, flush=True)
+    def start(self, cell: Cell) -> None:
+        where = f"round {cell.round} {cell.position}" if cell.round else "single run"
+        print(f"[cell {cell.index + 1}/{self.total}] {cell.arm} ({where}) starting", file=self.stream, flush=True)
 
-    def done(self, cell: dict[str, Any]) -> None:
-        perf = cell.get("perf") or {}
+    def done(self, cell: Cell) -> None:
+        e2e, denoise = cell.metric("e2e_ms"), cell.metric("denoise_ms")
         figures = ""
-        if perf.get("e2e_ms") is not None:
-            denoise = perf.get("denoise_ms")
-            figures = f" e2e {perf['e2e_ms']:.1f} ms, denoise " + (f"{denoise:.1f} ms" if denoise is not None else "n/a")
-        reasons = f" — {'; '.join(cell['reasons'][:3])}" if cell["reasons"] else ""
-        wall = f"{cell['wall_s']:.1f} s" if cell["wall_s"] is not None else "n/a"
-        print(f"[cell {cell['index'] + 1}/{self.total}] {cell['arm']}: {cell['status'].upper()} after {wall}{figures}"
+        if e2e is not None:
+            figures = f" e2e {e2e:.1f} ms, denoise " + (f"{denoise:.1f} ms" if denoise is not None else "n/a")
+        reasons = f" — {'; '.join(cell.reasons[:3])}" if cell.reasons else ""
+        wall = f"{cell.wall_s:.1f} s" if cell.wall_s is not None else "n/a"
+        print(f"[cell {cell.index + 1}/{self.total}] {cell.arm}: {cell.status.upper()} after {wall}{figures}"
               f"{reasons}", file=self.stream, flush=True)
 
 
-def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path) -> dict[str, Any]:
-    cell = {"index": slot.index, "arm": slot.arm, "round": slot.round, "position": slot.position,
-            "status": "skipped", "reasons": [], "argv": list(argv), "started_at": None, "wall_s": None,
-            "returncode": None, "log_path": None, "perf_dump_path": str(perf_dump_path), "perf": None,
-            "outputs": [], "gates": {}}
-    if slot.sample is not None:
-        cell["sample"] = slot.sample
-    return cell
+def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path) -> Cell:
+    """A planned cell: skipped until its request runs."""
+    return Cell(index=slot.index, arm=slot.arm, round=slot.round, position=slot.position, argv=list(argv),
+                perf_dump_path=str(perf_dump_path), sample=slot.sample)
 
 
 class CampaignRunner:
@@ -207,8 +203,8 @@ class CampaignRunner:
                         else:
                             self._run_cell(cell, invocation, prepared)
                     except KeyboardInterrupt:
-                        cell["status"] = "interrupted"
-                        cell["reasons"].append("run.interrupted: Ctrl-C during this cell")
+                        cell.status = "interrupted"
+                        cell.reasons.append("run.interrupted: Ctrl-C during this cell")
                         raise
                     finally:
                         self.write_report()
@@ -247,7 +243,7 @@ class CampaignRunner:
         return True
 
     def rounds_run(self) -> int:
-        return max((c["round"] for c in self.cells if c["round"] is not None and c["status"] != "skipped"),
+        return max((c.round for c in self.cells if c.round is not None and c.status != "skipped"),
                    default=0)
 
     @contextlib.contextmanager
@@ -328,7 +324,7 @@ class CampaignRunner:
             child = engine_process.cpu_adapter_env(child, adapter_switches_off(self.caller_env))
         return child
 
-    def _run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation,
+    def _run_cell(self, cell: Cell, invocation: command_builder.Invocation,
                   prepared: model_cache.PreparedCache | None) -> None:
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if invocation.config_path is not None:
@@ -336,14 +332,14 @@ class CampaignRunner:
         gate = engine_args.log_gate(self.markers, invocation.argv, quality=invocation.quality_level)
         facts = engine_args.EngineRunFacts()
         if invocation.quality is not None:
-            cell["quality"] = dict(invocation.quality)  # the level the engine ran, aliases resolved
+            cell.quality = dict(invocation.quality)  # the level the engine ran, aliases resolved
         adapter = request_path.run_cold(
             cell, argv=invocation.argv, env=self._child_env(invocation, prepared), run_dir=invocation.run_dir,
             gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
             output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
             echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.foreign_check,
             observe=facts.feed)
-        cell["engine_run"] = facts.to_json()
+        cell.engine_run = facts.to_json()
         if adapter is not None:
             self.adapter = adapter
 
@@ -370,7 +366,7 @@ class CampaignRunner:
 
     def report(self) -> dict[str, Any]:
         # Every planned cell counts: a skipped, contended or interrupted cell leaves the campaign incomplete.
-        ok = bool(self.cells) and all(c["status"] == "valid" for c in self.cells)
+        ok = bool(self.cells) and all(c.valid for c in self.cells)
         summary = self.summary()
         if summary["output_quality"] is not None and not summary["output_quality"]["passed"]:
             ok = False
@@ -379,7 +375,7 @@ class CampaignRunner:
         engine = {**self.engine.to_json(), "adapter": self.adapter, **engine_args.what_ran(self)}
         rounds = self.plan.rounds
         if self.settings.stopping is not None:  # the rounds the campaign kept, not the budget
-            rounds = max((c["round"] for c in self.cells if c["round"] is not None), default=rounds)
+            rounds = max((c.round for c in self.cells if c.round is not None), default=rounds)
         doc = contract.envelope(
             "bench-report.v1", TOOL, ok=ok,
             campaign={"mode": self.plan.mode, "preset": self.preset.name, "label": self.settings.label,
@@ -399,7 +395,7 @@ class CampaignRunner:
                            "contention_checked": self.foreign_check is not None},
                   "reproduce": run_record.reproduce_entries(self), "caches": run_record.cache_roots(self, self.model_path),
                   "invocations": [inv.to_json() for inv in self.invocations]},
-            cells=self.cells, summary=summary, warnings=self.warnings)
+            cells=[c.to_json() for c in self.cells], summary=summary, warnings=self.warnings)
         doc["engines"] = (self._warm.to_json() if self._warm is not None else
                           warm_campaign.cold_engines_block(self.cells, self.settings.primary_metric,
                                                            self.settings.threshold_pct))

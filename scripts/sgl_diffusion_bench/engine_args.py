@@ -156,7 +156,7 @@ def what_ran(runner: Any) -> dict[str, Any]:
     """A campaign runner's account of what actually ran: the preset and what the caller changed in it, and per arm
     the engine's effective settings and its warm-up requests (a cold cell's engine warms up inside the cell; a warm
     engine once, at its start)."""
-    runs = [(c["arm"], c["index"], c["engine_run"]) for c in runner.cells if c.get("engine_run")]
+    runs = [(c.arm, c.index, c.engine_run) for c in runner.cells if c.engine_run]
     if runner._warm is not None:
         runs += [(arm, None, s.facts.to_json()) for s in runner._warm.starts for arm in s.arms]
     request, preset = dict(runner.settings.request), runner.preset

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import psutil
+
+from .cell import Cell
 
 SAMPLE_S = 0.25
 BUSY_PCT = 25.0  # percent of one core over the window
@@ -74,10 +76,10 @@ def gate(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def summary(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def summary(cells: Sequence[Cell]) -> dict[str, Any]:
     """Which cells ran while other processes kept the host busy (flagged, still counted; see host_load)."""
-    sampled = [c for c in cells if (c.get("gates") or {}).get("host")]
-    flagged = [c["index"] for c in sampled if c["gates"]["host"]["contended"]]
+    sampled = [c for c in cells if c.gates.get("host")]
+    flagged = [c.index for c in sampled if c.gates["host"]["contended"]]
     note = (f"{len(flagged)} of {len(sampled)} cells ran while other processes were busy on this host (cells "
             f"{', '.join(map(str, flagged))}): their spread is partly the machine's, not the change's; re-run on a "
             "quiet host before claiming a small effect" if flagged else

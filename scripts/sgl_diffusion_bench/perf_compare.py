@@ -3,11 +3,13 @@ candidate group with the campaign statistics (stats.py). Produces the ``compare.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import perf_dump, stats
+from .cell import Cell
 
 # Single-sample markers, as upstream compare_perf.py: e2e +-2 %; a stage moves when it changes by more than both
 # 10 % and 120 ms. They are indicative only: one dump per side carries no noise estimate.
@@ -28,24 +30,23 @@ def round_of(path: str | Path) -> tuple[int | None, str | None]:
     return int(match.group(1)), (match.group(3).upper() if match.group(3) else f"p{int(match.group(2))}")
 
 
-def load_group(paths: Sequence[str | Path], arm: str, memory_kind: str, start_index: int = 0
-               ) -> list[dict[str, Any]]:
-    """Dumps as bench-report-shaped cells, so the campaign statistics apply unchanged; rounds come from the file
-    names (see ROUND_NAME) when every dump names one, else there are none."""
+def load_group(paths: Sequence[str | Path], arm: str, memory_kind: str, start_index: int = 0) -> list[Cell]:
+    """Dumps as valid campaign cells (the dump's path as the cell's perf_dump_path), so the campaign statistics
+    apply unchanged; rounds come from the file names (see ROUND_NAME) when every dump names one, else none."""
     cells = []
     for offset, path in enumerate(paths):
         perf = perf_dump.load_perf_dump(path, memory_kind)
         rnd, position = round_of(path)
-        cells.append({"index": start_index + offset, "arm": arm, "round": rnd, "position": position,
-                      "status": "valid", "path": str(path), "perf": perf.to_json()})
+        cells.append(Cell(index=start_index + offset, arm=arm, round=rnd, position=position, status="valid",
+                          perf_dump_path=str(path), perf=perf.to_json()))
     return cells
 
 
-def _rounds_all_or_none(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rounds_all_or_none(cells: list[Cell]) -> list[Cell]:
     """Rounds count only when every dump names one (a partial naming would silently drop dumps from rounds)."""
-    if all(c["round"] is not None for c in cells):
+    if all(c.round is not None for c in cells):
         return cells
-    return [dict(c, round=None, position=None) for c in cells]
+    return [dataclasses.replace(c, round=None, position=None) for c in cells]
 
 
 def _kind_of_stage(name: str) -> str:
@@ -69,7 +70,7 @@ def _row(baseline: float | None, candidate: float | None, kind: str) -> dict[str
     return {"baseline": baseline, "candidate": candidate, "diff": diff, "change_pct": pct, "status": status}
 
 
-def compare_cells(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, *,
+def compare_cells(cells: Sequence[Cell], baseline: str, candidate: str, *,
                   discard_outliers: bool = False, **options: Any) -> dict[str, Any]:
     """One comparison entry: mean-of-group rows for every figure, plus statistics when both groups have > 1."""
     summary = stats.summarize(cells, [baseline, candidate], baseline, candidate,
@@ -93,9 +94,9 @@ def compare_cells(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
 
 def compare_files(paths: Sequence[str | Path], memory_kind: str, **options: Any) -> dict[str, Any]:
     """compare_perf.py's mode: the first file is the baseline, every other file is compared with it."""
-    cells = [dict(cell, arm="baseline" if i == 0 else f"file{i}", round=None, position=None)  # one dump a side
-             for i, cell in enumerate(load_group(paths, "", memory_kind))]
-    comparisons = [compare_cells([cells[0], cell], "baseline", cell["arm"], **options) for cell in cells[1:]]
+    cells = [dataclasses.replace(cell, arm="baseline" if i == 0 else f"file{i}", round=None, position=None)
+             for i, cell in enumerate(load_group(paths, "", memory_kind))]  # one dump a side
+    comparisons = [compare_cells([cells[0], cell], "baseline", cell.arm, **options) for cell in cells[1:]]
     return _payload("files", cells, comparisons, memory_kind, options)
 
 
@@ -107,13 +108,16 @@ def compare_groups(baseline: Sequence[str | Path], candidate: Sequence[str | Pat
                     options)
 
 
-def _payload(mode: str, cells: Sequence[Mapping[str, Any]], comparisons: list[dict[str, Any]], memory_kind: str,
+def input_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """compare.v1 ``inputs``: each dump with the group it was compared in."""
+    return [{"index": c.index, "group": c.arm, "path": c.perf_dump_path, "perf": c.perf} for c in cells]
+
+
+def _payload(mode: str, cells: Sequence[Cell], comparisons: list[dict[str, Any]], memory_kind: str,
              options: Mapping[str, Any]) -> dict[str, Any]:
     return {"mode": mode, "memory_kind": memory_kind,
             "threshold_pct": options.get("threshold_pct", stats.DEFAULT_THRESHOLD_PCT),
-            "inputs": [{"index": c["index"], "group": c["arm"], "path": c["path"], "perf": c["perf"]}
-                       for c in cells],
-            "comparisons": comparisons}
+            "inputs": input_rows(cells), "comparisons": comparisons}
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

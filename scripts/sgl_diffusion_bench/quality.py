@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from . import contract
+from .cell import Cell
 
 if TYPE_CHECKING:  # numpy is imported where frames are read, so a run that scores nothing never loads it
     import numpy as np
@@ -187,16 +188,16 @@ def level_semantics(level: str | None, engine_levels: Sequence[str] | None = Non
     return _quality_model(engine_levels)["semantics"].get(canonical_level(level, engine_levels), LOSSY)
 
 
-def _hashes(cell: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(o["sha256"] for o in cell.get("outputs", []))
+def _hashes(cell: Cell) -> tuple[str, ...]:
+    return tuple(o["sha256"] for o in cell.outputs)
 
 
-def _judged(cell: Mapping[str, Any]) -> bool:
+def _judged(cell: Cell) -> bool:
     """A valid cell, or one this module already made invalid for its bytes (it stays in the identity check)."""
-    return cell.get("status") == "valid" or any(r.startswith(IDENTITY_REASON) for r in cell.get("reasons", []))
+    return cell.valid or any(r.startswith(IDENTITY_REASON) for r in cell.reasons)
 
 
-def byte_identity(cells: Sequence[Mapping[str, Any]], arms: Sequence[str], level: str | None = None
+def byte_identity(cells: Sequence[Cell], arms: Sequence[str], level: str | None = None
                   ) -> dict[str, Any]:
     """Group the used cells of ``arms`` by their output hashes; passes only with one group. The comparator is the
     first such cell in run order (the baseline arm's first cell in an A/B/B/A campaign); every cell whose bytes
@@ -204,21 +205,21 @@ def byte_identity(cells: Sequence[Mapping[str, Any]], arms: Sequence[str], level
     groups: dict[tuple[str, ...], dict[str, Any]] = {}
     without, mismatches = [], []
     comparator: dict[str, Any] | None = None
-    for cell in sorted(cells, key=lambda c: c["index"]):
-        if cell["arm"] not in arms or not _judged(cell):
+    for cell in sorted(cells, key=lambda c: c.index):
+        if cell.arm not in arms or not _judged(cell):
             continue
         hashes = _hashes(cell)
         if not hashes:
-            without.append(cell["index"])
+            without.append(cell.index)
             continue
         group = groups.setdefault(hashes, {"sha256s": list(hashes), "cells": [], "arms": []})
-        group["cells"].append(cell["index"])
-        if cell["arm"] not in group["arms"]:
-            group["arms"].append(cell["arm"])
+        group["cells"].append(cell.index)
+        if cell.arm not in group["arms"]:
+            group["arms"].append(cell.arm)
         if comparator is None:
-            comparator = {"cell": cell["index"], "arm": cell["arm"], "sha256s": list(hashes)}
+            comparator = {"cell": cell.index, "arm": cell.arm, "sha256s": list(hashes)}
         elif list(hashes) != comparator["sha256s"]:
-            mismatches.append({"cell": cell["index"], "arm": cell["arm"], "sha256s": list(hashes)})
+            mismatches.append({"cell": cell.index, "arm": cell.arm, "sha256s": list(hashes)})
     identical = len(groups) == 1 and not without
     return {"kind": "byte_identity", "level": level, "arms": list(arms), "identical": identical,
             "comparator": comparator, "mismatches": mismatches, "groups": list(groups.values()),
@@ -258,39 +259,38 @@ def outputs_differ(output_quality_doc: Mapping[str, Any] | None) -> bool:
                for c in (output_quality_doc or {}).get("checks", []))
 
 
-def similarity(cells: Sequence[Mapping[str, Any]], arm: str, quality: str | None, reference: Mapping[str, Any],
+def similarity(cells: Sequence[Cell], arm: str, quality: str | None, reference: Cell,
                thresholds: Mapping[str, Thresholds] | None = None) -> dict[str, Any]:
     """Score every used cell of ``arm`` against ``reference`` (a cell); an unreadable output fails the check."""
-    ref_path = reference["outputs"][0]["path"] if reference.get("outputs") else None
+    ref_path = reference.outputs[0]["path"] if reference.outputs else None
     limits = thresholds or DEFAULT_THRESHOLDS
     results, errors = [], []
     for cell in cells:
-        if cell["arm"] != arm or not (cell.get("status") == "valid" or any(
-                r.startswith(QUALITY_REASON) for r in cell.get("reasons", []))):
+        if cell.arm != arm or not (cell.valid or any(r.startswith(QUALITY_REASON) for r in cell.reasons)):
             continue
-        if ref_path is None or not cell.get("outputs"):
+        if ref_path is None or not cell.outputs:
             errors.append(f"cell {cell['index']}: no output to compare")
             continue
         try:
-            scored = compare_media(ref_path, cell["outputs"][0]["path"], limits)
+            scored = compare_media(ref_path, cell.outputs[0]["path"], limits)
         except QualityError as exc:
             errors.append(f"cell {cell['index']}: {exc.message}")
             continue
-        results.append({"cell": cell["index"], "arm": arm, **scored})
+        results.append({"cell": cell.index, "arm": arm, **scored})
     kind = results[0]["media"] if results else "image"
     return {"kind": "similarity", "arm": arm, "quality": quality,
-            "reference": {"cell": reference.get("index"), "arm": reference.get("arm"), "path": ref_path or ""},
+            "reference": {"cell": reference.index, "arm": reference.arm, "path": ref_path or ""},
             "thresholds": limits[kind].to_json(), "results": results, "errors": errors,
             "passed": bool(results) and not errors and all(r["passed"] for r in results)}
 
 
-def output_quality(cells: Sequence[Mapping[str, Any]], arms: Mapping[str, Mapping[str, Any]], baseline: str,
+def output_quality(cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Any]], baseline: str,
                    thresholds: Mapping[str, Thresholds] | None = None,
                    engine_levels: Sequence[str] | None = None) -> dict[str, Any] | None:
     """bench-report.v1 ``summary.output_quality``: byte identity within each identity level (arms grouped by the
     level they really run at, aliases resolved; ``engine_levels`` tells which release's promises apply), SSIM/PSNR
     of each lossy arm against the baseline's first used cell. None when no cell has outputs."""
-    if not any(c.get("outputs") for c in cells):
+    if not any(c.outputs for c in cells):
         return None
     ordered = sorted(arms, key=lambda a: (a != baseline, a))  # baseline first: stable whatever the dict order
     by_level: dict[str, list[str]] = {}
@@ -302,8 +302,8 @@ def output_quality(cells: Sequence[Mapping[str, Any]], arms: Mapping[str, Mappin
         else:
             lossy.append(arm)
     checks = [byte_identity(cells, group, level) for level, group in by_level.items()]
-    reference = next((c for c in sorted(cells, key=lambda c: c["index"]) if c["arm"] == baseline and _judged(c)
-                      and c.get("outputs")), None)
+    reference = next((c for c in sorted(cells, key=lambda c: c.index) if c.arm == baseline and _judged(c)
+                      and c.outputs), None)
     for arm in lossy:
         spec = arms[arm]
         if reference is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from . import contract, engine_process, fileio, host_load, log_gates, media, perf_dump, validity
+from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +83,12 @@ class Boundary:
         return cls(False, [], [], {}, {})
 
 
-def finish_cell(cell: dict[str, Any], *, verdict: log_gates.GateVerdict, returncode: int | None,
+def finish_cell(cell: Cell, *, verdict: log_gates.GateVerdict, returncode: int | None,
                 stop_reason: str | None, stop_line: str | None, stopped_after_s: float | None, wall_s: float,
                 perf_dump_path: Path, output_dir: Path, output_stem: str, task: str | None, memory_kind: str,
                 boundary: Boundary, request_error: str | None = None) -> None:
     """Judge one request (a cold cell's process, or one request of a warm engine) and write the verdict into its
-    bench-report.v1 cell: status, reasons, perf (valid cells only), outputs and every gate. ``request_error``: a
+    cell: status, reasons, perf (valid cells only), outputs and every gate. ``request_error``: a
     warm engine reported that the request raised (the engine itself serves on)."""
     outputs, others = media.split_outputs(output_dir, output_stem, task)
     judged = judge_request(verdict=verdict, returncode=returncode, stop_reason=stop_reason,
@@ -99,14 +100,14 @@ def finish_cell(cell: dict[str, Any], *, verdict: log_gates.GateVerdict, returnc
              "log": verdict.to_json(), "stop": {"reason": stop_reason, "line": stop_line, "after_s": stopped_after_s},
              "host": host_load.gate(dict(boundary.host_before), dict(boundary.host_after))}
     status, reasons = with_contention(judged.status, judged.reasons, boundary.gpu_before, boundary.gpu_after)
-    cell.update(status=status, reasons=reasons, wall_s=round(wall_s, 3), returncode=returncode, perf=judged.perf,
-                outputs=list(judged.outputs), gates=gates)
+    cell.status, cell.reasons, cell.wall_s, cell.returncode = status, reasons, round(wall_s, 3), returncode
+    cell.perf, cell.outputs, cell.gates = judged.perf, list(judged.outputs), gates
     if others:  # listed for debugging, never taken as this task's output
-        cell["other_files"] = [str(p) for p in others]
+        cell.other_files = [str(p) for p in others]
     validity.strip_numbers(cell)
 
 
-def run_cold(cell: dict[str, Any], *, argv: Sequence[str], env: dict[str, str], run_dir: Path,
+def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: Path,
              gate: log_gates.RequestLogGate, perf_dump_path: Path, output_dir: Path, output_stem: str,
              task: str | None, timeout_s: float | None, echo: TextIO | None = None,
              foreign_check: Callable[[], list[dict[str, Any]]] | None = None,
@@ -126,8 +127,8 @@ def run_cold(cell: dict[str, Any], *, argv: Sequence[str], env: dict[str, str], 
             observe(line)
         return gate.feed(line)
 
-    cell["started_at"] = contract.utc_now()
-    cell["log_path"] = str(run_dir / "engine.log")
+    cell.started_at = contract.utc_now()
+    cell.log_path = str(run_dir / "engine.log")
     run = engine_process.run_engine(list(argv), env, run_dir / "engine.log", on_line=on_line, timeout_s=timeout_s,
                                     echo=echo, cwd=run_dir)  # the engine records the git commit of its cwd
     boundary = Boundary(foreign_check is not None, before, foreign_check() if foreign_check else [], host_before,

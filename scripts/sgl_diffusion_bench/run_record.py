@@ -31,11 +31,11 @@ def reproduce_entries(runner) -> list[dict[str, str]]:
     """One command per arm, with the environment the cell really got (the runner's own child environment)."""
     entries, seen = [], set()
     for cell, inv in zip(runner.cells, runner.invocations):
-        if cell["arm"] in seen:
+        if cell.arm in seen:
             continue
-        seen.add(cell["arm"])
+        seen.add(cell.arm)
         env_set, env_unset = child_env_changes(runner.caller_env, runner._child_env(inv, runner._prepared))
-        entries.append({"arm": cell["arm"], "command": reproduce_command(inv.argv, env_set, inv.env_copy, env_unset)})
+        entries.append({"arm": cell.arm, "command": reproduce_command(inv.argv, env_set, inv.env_copy, env_unset)})
     return entries
 
 

@@ -22,6 +22,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from . import contract, stats
+from .cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8
 DEFAULT_OVERALL_CONFIDENCE = 0.99
@@ -59,21 +60,19 @@ class StoppingRule:
                 f"rounds")
 
 
-def round_changes(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, metric: str) -> list[float]:
+def round_changes(cells: Sequence[Cell], baseline: str, candidate: str, metric: str) -> list[float]:
     """One relative change (%) per round that has valid cells of both arms."""
     used = stats.used_cells(cells)
     out = []
-    for r in sorted({c["round"] for c in used if c.get("round") is not None}):
-        base = [c["perf"][metric] for c in used if c["round"] == r and c["arm"] == baseline
-                and c["perf"].get(metric) is not None]
-        cand = [c["perf"][metric] for c in used if c["round"] == r and c["arm"] == candidate
-                and c["perf"].get(metric) is not None]
+    for r in sorted({c.round for c in used if c.round is not None}):
+        base = [c.metric(metric) for c in used if c.round == r and c.arm == baseline and c.metric(metric) is not None]
+        cand = [c.metric(metric) for c in used if c.round == r and c.arm == candidate and c.metric(metric) is not None]
         if base and cand:
             out.append((statistics.fmean(cand) - statistics.fmean(base)) / statistics.fmean(base) * 100)
     return out
 
 
-def look(rule: StoppingRule, cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str,
+def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: str,
          rounds_done: int) -> dict[str, Any]:
     """One look after ``rounds_done`` rounds: the interval of the mean round change, the verdict, whether to stop."""
     changes = round_changes(cells, baseline, candidate, rule.metric)

@@ -1,8 +1,8 @@
 """Statistics over a campaign's cells: per-arm distributions, paired-round changes, a bootstrap interval of the
 change, a verdict against a threshold, and stage-attributed outliers.
 
-Pure functions over bench-report.v1 ``cells`` (dicts with ``index``, ``arm``, ``round``, ``position``, ``status``
-and ``perf``). Only ``status == "valid"`` cells with a ``perf`` object count. Outliers are flagged, never dropped,
+Pure functions over a campaign's cells (cell.Cell: ``index``, ``arm``, ``round``, ``position``, ``status`` and
+``perf``). Only valid cells with a ``perf`` object count. Outliers are flagged, never dropped,
 unless the caller asks (``discard_outliers``); the result lists what was discarded.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
+
+from .cell import Cell
 
 DEFAULT_THRESHOLD_PCT = 1.5
 DEFAULT_RESAMPLES = 10_000
@@ -39,8 +41,8 @@ def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> s
             f"show the change repeats.")
 
 
-def used_cells(cells: Iterable[Mapping[str, Any]], arm: str | None = None) -> list[Mapping[str, Any]]:
-    return [c for c in cells if c.get("status") == "valid" and c.get("perf") and (arm is None or c["arm"] == arm)]
+def used_cells(cells: Iterable[Cell], arm: str | None = None) -> list[Cell]:
+    return [c for c in cells if c.valid and c.perf and (arm is None or c.arm == arm)]
 
 
 def describe(values: Sequence[float]) -> dict[str, Any]:
@@ -61,19 +63,19 @@ def relative_change_pct(baseline: float | None, candidate: float | None) -> floa
     return (candidate - baseline) / baseline * 100
 
 
-def _metric(cell: Mapping[str, Any], metric: str) -> float | None:
-    value = cell["perf"].get(metric)
+def _metric(cell: Cell, metric: str) -> float | None:
+    value = cell.metric(metric)
     return None if value is None else float(value)
 
 
-def find_outliers(cells: Sequence[Mapping[str, Any]], arm: str, z_threshold: float = OUTLIER_Z
+def find_outliers(cells: Sequence[Cell], arm: str, z_threshold: float = OUTLIER_Z
                   ) -> list[dict[str, Any]]:
     """Cells whose e2e is far from the arm's median (modified z-score, MAD floored at 0.1 % of the median), each
     attributed to the stage that moved most against the arm's median stage times."""
     arm_cells = used_cells(cells, arm)
     if len(arm_cells) < 3:
         return []
-    e2e = [c["perf"]["e2e_ms"] for c in arm_cells]
+    e2e = [c.perf["e2e_ms"] for c in arm_cells]
     median = statistics.median(e2e)
     mad = max(statistics.median(abs(v - median) for v in e2e), MAD_FLOOR_FRACTION * abs(median))
     stage_medians = _stage_medians(arm_cells)
@@ -82,51 +84,51 @@ def find_outliers(cells: Sequence[Mapping[str, Any]], arm: str, z_threshold: flo
         z = 0.6745 * (value - median) / mad
         if abs(z) < z_threshold:
             continue
-        found.append({"cell": cell["index"], "arm": arm, "round": cell.get("round"), "position": cell.get("position"),
+        found.append({"cell": cell.index, "arm": arm, "round": cell.round, "position": cell.position,
                       "metric": "e2e_ms", "value_ms": value, "arm_median_ms": median, "robust_z": z,
                       "discarded": False, **_attribute(cell, value - median, stage_medians)})
     return found
 
 
-def _stage_medians(cells: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    names = {n for c in cells for n in c["perf"]["stages"]}  # a set: order does not matter here
-    return {n: statistics.median(c["perf"]["stages"][n] for c in cells if n in c["perf"]["stages"])
+def _stage_medians(cells: Sequence[Cell]) -> dict[str, float]:
+    names = {n for c in cells for n in c.perf["stages"]}  # a set: order does not matter here
+    return {n: statistics.median(c.perf["stages"][n] for c in cells if n in c.perf["stages"])
             for n in names}
 
 
-def _attribute(cell: Mapping[str, Any], deviation_ms: float, stage_medians: Mapping[str, float]) -> dict[str, Any]:
+def _attribute(cell: Cell, deviation_ms: float, stage_medians: Mapping[str, float]) -> dict[str, Any]:
     """The stage whose time moved most in the direction of the e2e deviation."""
     sign = 1 if deviation_ms >= 0 else -1
-    deltas = {n: ms - stage_medians[n] for n, ms in cell["perf"]["stages"].items() if n in stage_medians}
+    deltas = {n: ms - stage_medians[n] for n, ms in cell.perf["stages"].items() if n in stage_medians}
     if not deltas:
         return {"attributed_stage": None, "stage_ms": None, "stage_median_ms": None, "stage_delta_ms": None,
                 "share_of_deviation": None}
     stage = max(deltas, key=lambda n: sign * deltas[n])
-    return {"attributed_stage": stage, "stage_ms": cell["perf"]["stages"][stage],
+    return {"attributed_stage": stage, "stage_ms": cell.perf["stages"][stage],
             "stage_median_ms": stage_medians[stage], "stage_delta_ms": deltas[stage],
             "share_of_deviation": deltas[stage] / deviation_ms if deviation_ms else None}
 
 
-def arm_summary(cells: Sequence[Mapping[str, Any]], arm: str, discard_outliers: bool = False) -> dict[str, Any]:
+def arm_summary(cells: Sequence[Cell], arm: str, discard_outliers: bool = False) -> dict[str, Any]:
     """Distributions over the arm's valid cells (minus discarded outliers, when asked)."""
     outliers = find_outliers(cells, arm)
     discarded = [o["cell"] for o in outliers] if discard_outliers else []
     for o in outliers:
         o["discarded"] = o["cell"] in discarded
-    used = [c for c in used_cells(cells, arm) if c["index"] not in discarded]
-    stage_names = list(dict.fromkeys(n for c in used for n in c["perf"].get("stage_order", c["perf"]["stages"])))
-    kinds = {c["perf"]["memory_kind"] for c in used if c["perf"].get("peak_memory_mb") is not None}
+    used = [c for c in used_cells(cells, arm) if c.index not in discarded]
+    stage_names = list(dict.fromkeys(n for c in used for n in c.perf.get("stage_order", c.perf["stages"])))
+    kinds = {c.perf["memory_kind"] for c in used if c.perf.get("peak_memory_mb") is not None}
     return {
         "arm": arm,
-        "n_cells": sum(1 for c in cells if c["arm"] == arm),
+        "n_cells": sum(1 for c in cells if c.arm == arm),
         "n_valid": len(used_cells(cells, arm)),
         "n_used": len(used),
         "discarded_cells": discarded,
         **{m: describe([_metric(c, m) for c in used])
            for m in ("e2e_ms", "denoise_ms", "step0_ms", "steady_step_mean_ms", "peak_memory_mb")},
         "memory_kind": kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None),
-        "denoise_sources": sorted({c["perf"]["denoise_source"] for c in used if c["perf"].get("denoise_source")}),
-        "stages": {n: describe([c["perf"]["stages"].get(n) for c in used]) for n in stage_names},
+        "denoise_sources": sorted({c.perf["denoise_source"] for c in used if c.perf.get("denoise_source")}),
+        "stages": {n: describe([c.perf["stages"].get(n) for c in used]) for n in stage_names},
         "outliers": outliers,
     }
 
@@ -208,15 +210,15 @@ def next_step(metric: Mapping[str, Any]) -> str | None:
             f"{floor['confidence'] * 100:g}% confidence and {floor['power'] * 100:g}% power at today's spread")
 
 
-def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, metric: str, *,
+def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str, *,
                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, resamples: int = DEFAULT_RESAMPLES,
                   seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE,
                   min_rounds: int = DEFAULT_MIN_ROUNDS, exclude: Iterable[int] = ()) -> dict[str, Any]:
     """The change of one metric from baseline to candidate, its interval, per-round changes and the verdict."""
     excluded = set(exclude)
-    pick = [c for c in used_cells(cells) if c["index"] not in excluded and _metric(c, metric) is not None]
-    base = [c for c in pick if c["arm"] == baseline]
-    cand = [c for c in pick if c["arm"] == candidate]
+    pick = [c for c in used_cells(cells) if c.index not in excluded and _metric(c, metric) is not None]
+    base = [c for c in pick if c.arm == baseline]
+    cand = [c for c in pick if c.arm == candidate]
     result: dict[str, Any] = {"metric": metric, "baseline_mean": None, "candidate_mean": None, "change_pct": None,
                               "ci_low_pct": None, "ci_high_pct": None, "round_changes_pct": [],
                               "rounds_same_direction": None}
@@ -226,19 +228,19 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
         result["candidate_mean"] = statistics.fmean(_metric(c, metric) for c in cand)
     result["change_pct"] = relative_change_pct(result["baseline_mean"], result["candidate_mean"])
 
-    has_rounds = any(c.get("round") is not None for c in pick)
-    rounds = sorted({c["round"] for c in pick if c.get("round") is not None})
-    complete = [r for r in rounds if any(c["round"] == r for c in base) and any(c["round"] == r for c in cand)]
+    has_rounds = any(c.round is not None for c in pick)
+    rounds = sorted({c.round for c in pick if c.round is not None})
+    complete = [r for r in rounds if any(c.round == r for c in base) and any(c.round == r for c in cand)]
     for r in rounds:
         result["round_changes_pct"].append(relative_change_pct(
-            _mean([_metric(c, metric) for c in base if c["round"] == r]),
-            _mean([_metric(c, metric) for c in cand if c["round"] == r])))
+            _mean([_metric(c, metric) for c in base if c.round == r]),
+            _mean([_metric(c, metric) for c in cand if c.round == r])))
 
-    per_round = max((sum(1 for c in base if c.get("round") == r) for r in rounds), default=0)
+    per_round = max((sum(1 for c in base if c.round == r) for r in rounds), default=0)
     result["noise_floor"] = noise_floor(
         [_metric(c, metric) for c in base], [_metric(c, metric) for c in cand],
-        [[_metric(c, metric) for c in base if c.get("round") == r] for r in complete],
-        [[_metric(c, metric) for c in cand if c.get("round") == r] for r in complete],
+        [[_metric(c, metric) for c in base if c.round == r] for r in complete],
+        [[_metric(c, metric) for c in cand if c.round == r] for r in complete],
         threshold_pct=threshold_pct, confidence=confidence, resamples=resamples, seed=seed,
         cells_per_round=per_round or 2)
     if len(base) < 2 or len(cand) < 2:
@@ -258,8 +260,8 @@ def metric_change(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: 
                           f"{MAX_CV_PCT:g}%); quiet the machine (idle GPU, no other jobs) and re-run, or add rounds"}
 
     if has_rounds:
-        base_strata = [[_metric(c, metric) for c in base if c["round"] == r] for r in complete]
-        cand_strata = [[_metric(c, metric) for c in cand if c["round"] == r] for r in complete]
+        base_strata = [[_metric(c, metric) for c in base if c.round == r] for r in complete]
+        cand_strata = [[_metric(c, metric) for c in cand if c.round == r] for r in complete]
     else:
         base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
     low, high = _bootstrap_interval(base_strata, cand_strata, resamples=resamples, seed=seed, confidence=confidence)
@@ -295,7 +297,7 @@ def _change_of(base: Mapping[str, Any], cand: Mapping[str, Any]) -> dict[str, An
             "change_ms": None if b is None or c is None else c - b, "change_pct": relative_change_pct(b, c)}
 
 
-def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: str, arms: Mapping[str, Any], *,
+def compare_arms(cells: Sequence[Cell], baseline: str, candidate: str, arms: Mapping[str, Any], *,
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, primary_metric: str = "e2e_ms",
                  resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
                  confidence: float = DEFAULT_CONFIDENCE, min_rounds: int = DEFAULT_MIN_ROUNDS) -> dict[str, Any]:
@@ -306,13 +308,13 @@ def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: s
     metrics = {m: metric_change(cells, baseline, candidate, m, **options) for m in METRICS}
     for m in metrics.values():
         m["next_step"] = next_step(m)
-    pick = [c for c in used_cells(cells) if c["index"] not in discarded]
+    pick = [c for c in used_cells(cells) if c.index not in discarded]
     rounds = []
-    for r in sorted({c["round"] for c in pick if c.get("round") is not None}):
-        base = [c for c in pick if c["round"] == r and c["arm"] == baseline]
-        cand = [c for c in pick if c["round"] == r and c["arm"] == candidate]
-        rounds.append({"round": r, "baseline_cells": [c["index"] for c in base],
-                       "candidate_cells": [c["index"] for c in cand],
+    for r in sorted({c.round for c in pick if c.round is not None}):
+        base = [c for c in pick if c.round == r and c.arm == baseline]
+        cand = [c for c in pick if c.round == r and c.arm == candidate]
+        rounds.append({"round": r, "baseline_cells": [c.index for c in base],
+                       "candidate_cells": [c.index for c in cand],
                        **{f"{m[:-3]}_change_pct": relative_change_pct(_mean([_metric(c, m) for c in base]),
                                                                       _mean([_metric(c, m) for c in cand]))
                           for m in METRICS}})
@@ -321,8 +323,8 @@ def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: s
     empty = describe([])
     kinds = {k for k in (b_arm["memory_kind"], c_arm["memory_kind"]) if k}
     b_peak, c_peak = b_arm["peak_memory_mb"]["max"], c_arm["peak_memory_mb"]["max"]
-    sources = sorted({c["perf"]["peak_memory_source"] for c in pick
-                      if c["arm"] in (baseline, candidate) and c["perf"].get("peak_memory_source")})
+    sources = sorted({c.perf["peak_memory_source"] for c in pick
+                      if c.arm in (baseline, candidate) and c.perf.get("peak_memory_source")})
     return {
         "baseline_arm": baseline, "candidate_arm": candidate, "threshold_pct": threshold_pct,
         "primary_metric": primary_metric, "verdict": metrics[primary_metric]["verdict"],
@@ -341,7 +343,7 @@ def compare_arms(cells: Sequence[Mapping[str, Any]], baseline: str, candidate: s
     }
 
 
-def summarize(cells: Sequence[Mapping[str, Any]], arm_names: Sequence[str], baseline: str | None = None,
+def summarize(cells: Sequence[Cell], arm_names: Sequence[str], baseline: str | None = None,
               candidate: str | None = None, *, discard_outliers: bool = False, **options: Any) -> dict[str, Any]:
     """``summary.arms`` and ``summary.comparison`` of a bench-report.v1 (output_quality is quality.py's)."""
     arms = {a: arm_summary(cells, a, discard_outliers) for a in arm_names}

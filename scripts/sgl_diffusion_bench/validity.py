@@ -4,7 +4,7 @@ Output identity is part of validity: a cell whose bytes differ from its comparat
 bytes (or a lossy output below the SSIM/PSNR thresholds) is invalid, with a reason naming both hashes. A campaign
 whose identity-level outputs differ gets the non-performance verdict ``outputs_differ``: its timings are never read
 as a speedup. Invalid cells carry no numbers: their ``perf`` is dropped (the raw dump path stays for debugging).
-Pure functions over bench-report.v1 cells and summaries.
+Pure functions over a campaign's cells (cell.Cell) and its bench-report.v1 summary.
 """
 
 from __future__ import annotations
@@ -12,29 +12,30 @@ from __future__ import annotations
 from typing import Any, Mapping, MutableMapping, Sequence
 
 from . import quality
+from .cell import Cell
 
 OUTPUTS_DIFFER = "outputs_differ"
 EXIT_OUTPUTS_DIFFER = "outputs_differ"  # the cleanup ledger's exit reason for such a campaign
 
 
-def strip_numbers(cell: MutableMapping[str, Any]) -> None:
+def strip_numbers(cell: Cell) -> None:
     """A cell that does not count shows no figure anywhere; its perf dump stays on disk at perf_dump_path."""
-    if cell.get("status") != "valid":
-        cell["perf"] = None
+    if not cell.valid:
+        cell.perf = None
 
 
-def apply_output_checks(cells: Sequence[MutableMapping[str, Any]], arms: Mapping[str, Mapping[str, Any]],
+def apply_output_checks(cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Any]],
                         baseline: str, engine_levels: Sequence[str] | None = None,
                         thresholds: Mapping[str, quality.Thresholds] | None = None) -> dict[str, Any] | None:
     """Judge the outputs of every used cell, mark the cells that fail (status invalid, reason, no numbers), and
     return ``summary.output_quality``. Idempotent: run it after every cell."""
     doc = quality.output_quality(cells, arms, baseline, thresholds, engine_levels)
     for index, reason in quality.invalidations(doc).items():
-        cell = next(c for c in cells if c["index"] == index)
-        if reason not in cell["reasons"]:
-            cell["reasons"].append(reason)
-        if cell["status"] == "valid":
-            cell["status"] = "invalid"
+        cell = next(c for c in cells if c.index == index)
+        if reason not in cell.reasons:
+            cell.reasons.append(reason)
+        if cell.valid:
+            cell.status = "invalid"
         strip_numbers(cell)
     return doc
 
@@ -54,8 +55,8 @@ def apply_to_comparison(comparison: MutableMapping[str, Any] | None,
     return comparison
 
 
-def exit_reason(cells: Sequence[Mapping[str, Any]]) -> str:
+def exit_reason(cells: Sequence[Cell]) -> str:
     """success, outputs_differ (a cell's bytes broke the identity contract), or error."""
-    if any(r.startswith(quality.IDENTITY_REASON) for c in cells for r in c.get("reasons", [])):
+    if any(r.startswith(quality.IDENTITY_REASON) for c in cells for r in c.reasons):
         return EXIT_OUTPUTS_DIFFER
-    return "success" if cells and all(c.get("status") == "valid" for c in cells) else "error"
+    return "success" if cells and all(c.valid for c in cells) else "error"

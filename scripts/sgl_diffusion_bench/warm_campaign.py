@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import command_builder, contract, engine_args, host_load, request_path, warm_engine, warm_grouping
+from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
@@ -100,7 +101,7 @@ class WarmCampaign:
     # -- engines -------------------------------------------------------------------------------------------------
 
     def _arms_of(self, key_index: int) -> list[str]:
-        return list(dict.fromkeys(c["arm"] for c, k in zip(self.runner.cells, self.key_of_cell) if k == key_index))
+        return list(dict.fromkeys(c.arm for c, k in zip(self.runner.cells, self.key_of_cell) if k == key_index))
 
     def _start(self, key_index: int) -> EngineStart:
         runner = self.runner
@@ -144,14 +145,14 @@ class WarmCampaign:
             warm_dir = engine_dir / f"warmup{n}"
             args = warm_grouping.with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json",
                                                     warm_dir, "warmup")
-            judged: dict[str, Any] = {}  # judged like a measured request, never counted
+            judged = Cell(index=first, arm=runner.cells[first].arm)  # judged like a measured request, never counted
             segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
                                   warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log")
             start.warmup_s += segment.wall_s
             start.warmup_requests += 1
-            if judged["status"] != "valid":
-                reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged['status']}: "
-                               + "; ".join(judged["reasons"][:2]))
+            if not judged.valid:
+                reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged.status}: "
+                               + "; ".join(judged.reasons[:2]))
                 break
         start.memory_bytes = self._footprint(start, gpu_before)
         if reasons:
@@ -256,7 +257,7 @@ class WarmCampaign:
 
     # -- requests ------------------------------------------------------------------------------------------------
 
-    def _serve(self, start: EngineStart, cell: dict[str, Any], request_id: str, args: list[str],
+    def _serve(self, start: EngineStart, cell: Cell, request_id: str, args: list[str],
                quality: str | None, perf_dump: Path, output_dir: Path, stem: str, log_path: Path,
                boundary: Callable[[], request_path.Boundary] | None = None) -> warm_engine.Segment:
         """One request on a warm engine, judged into ``cell`` by the same code as a cold cell (gated at the level
@@ -275,7 +276,8 @@ class WarmCampaign:
         after = boundary() if boundary else None
         log_path.write_text("".join(line + "\n" for line in segment.lines), encoding="utf-8")
         verdict = gate.verdict()
-        cell["recaptures"] = verdict.bcg.captured_graphs - start.captures
+        if cell.engine is not None:  # a measured request (a warm-up's cell has no engine)
+            cell.engine["recaptures"] = verdict.bcg.captured_graphs - start.captures
         start.captures = verdict.bcg.captured_graphs
         returncode = start.engine.process.poll() if segment.status == "exited" and start.engine.process else None
         edges = (request_path.Boundary(before.contention_checked, before.gpu_before, after.gpu_before,
@@ -306,30 +308,29 @@ class WarmCampaign:
                                          host_load.sample(exclude=own), {})
         return sample
 
-    def run_cell(self, cell: dict[str, Any], invocation: command_builder.Invocation, index: int) -> None:
+    def run_cell(self, cell: Cell, invocation: command_builder.Invocation, index: int) -> None:
         key_index = self.key_of_cell[index]
         start = self._engine_for(key_index)
         first = start.first_measured_cell is None
-        cell["engine"] = {"id": start.id, "first_measured": first and start.status == "serving", "recaptures": None}
-        cell["started_at"] = contract.utc_now()
-        cell["log_path"] = str(invocation.run_dir / "engine.log")
+        cell.engine = {"id": start.id, "first_measured": first and start.status == "serving", "recaptures": None}
+        cell.started_at = contract.utc_now()
+        cell.log_path = str(invocation.run_dir / "engine.log")
         if invocation.quality is not None:
-            cell["quality"] = dict(invocation.quality)  # the level the engine ran, aliases resolved (as cold)
+            cell.quality = dict(invocation.quality)  # the level the engine ran, aliases resolved (as cold)
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if start.status != "serving":
-            Path(cell["log_path"]).write_text("", encoding="utf-8")
-            cell.update(status="failed", reasons=[f"engine.not_serving: engine {start.id} did not start or stopped: "
-                                                  + "; ".join(start.reasons[:2])], wall_s=0.0,
-                        gates={"contention": {"checked": False}})
+            Path(cell.log_path).write_text("", encoding="utf-8")
+            cell.status, cell.wall_s, cell.gates = "failed", 0.0, {"contention": {"checked": False}}
+            cell.reasons = [f"engine.not_serving: engine {start.id} did not start or stopped: "
+                            + "; ".join(start.reasons[:2])]
             return
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
         segment = self._serve(start, cell, invocation.run_id, list(invocation.argv[self.cli_len:]),
                               invocation.quality_level, invocation.perf_dump_path, invocation.output_dir,
-                              invocation.output_file_stem, Path(cell["log_path"]), boundary=self._boundary_sampler())
-        cell["engine"]["recaptures"] = cell.pop("recaptures")
+                              invocation.output_file_stem, Path(cell.log_path), boundary=self._boundary_sampler())
         if first:
-            start.first_measured_cell = cell["index"]
+            start.first_measured_cell = cell.index
         start.measured_s += segment.wall_s
         start.measured_requests += 1
 
@@ -351,7 +352,7 @@ def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
     return f"engine.exited: {segment.error or 'the engine exited'} {when}"
 
 
-def first_measured_effect(cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float) -> list[dict[str, Any]]:
+def first_measured_effect(cells: Sequence[Cell], metric: str, threshold_pct: float) -> list[dict[str, Any]]:
     """Per engine, the first measured request against the other measured requests of the same arm on that engine
     (arms sharing an engine may ask for different requests).
 
@@ -359,20 +360,20 @@ def first_measured_effect(cells: Sequence[dict[str, Any]], metric: str, threshol
     out = []
     by_engine: dict[str, list[dict[str, Any]]] = {}
     for cell in cells:
-        if cell.get("engine") and cell["status"] == "valid" and (cell.get("perf") or {}).get(metric) is not None:
-            by_engine.setdefault(cell["engine"]["id"], []).append(cell)
+        if cell.engine and cell.valid and cell.metric(metric) is not None:
+            by_engine.setdefault(cell.engine["id"], []).append(cell)
     for engine_id, served in by_engine.items():
-        first = next((c for c in served if c["engine"]["first_measured"]), None)
+        first = next((c for c in served if c.engine["first_measured"]), None)
         if first is None:
             continue
-        rest = [c["perf"][metric] for c in served if c is not first and c["arm"] == first["arm"]]
-        row: dict[str, Any] = {"engine": engine_id, "cell": first["index"], "arm": first["arm"],
-                               "value": first["perf"][metric], "others_median": None, "deviation_pct": None,
+        rest = [c.metric(metric) for c in served if c is not first and c.arm == first.arm]
+        row: dict[str, Any] = {"engine": engine_id, "cell": first.index, "arm": first.arm,
+                               "value": first.metric(metric), "others_median": None, "deviation_pct": None,
                                "others_spread_pct": None, "differs": None}
         if rest:
             median = statistics.median(rest)
             spread = max(abs(v - median) / median * 100 for v in rest) if median else None
-            deviation = (first["perf"][metric] - median) / median * 100 if median else None
+            deviation = (first.metric(metric) - median) / median * 100 if median else None
             row.update(others_median=round(median, 4), deviation_pct=_r(deviation), others_spread_pct=_r(spread))
             if deviation is not None and spread is not None:
                 row["differs"] = abs(deviation) > max(threshold_pct, spread)
@@ -381,12 +382,12 @@ def first_measured_effect(cells: Sequence[dict[str, Any]], metric: str, threshol
 
 
 def engines_block(mode: str, schedule: str, residency: dict[str, Any] | None, starts: list[dict[str, Any]],
-                  cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float,
+                  cells: Sequence[Cell], metric: str, threshold_pct: float,
                   warmup_requests: int) -> dict[str, Any]:
     """The report's ``engines`` block: how many engine processes ran and where their wall time went."""
     wall = sum(s["wall_s"] or 0.0 for s in starts)
     measured = sum(s["measured_s"] or 0.0 for s in starts)
-    in_requests = sum(((c.get("perf") or {}).get("e2e_ms") or 0.0) / 1000 for c in cells if c["status"] == "valid")
+    in_requests = sum((c.metric("e2e_ms") or 0.0) / 1000 for c in cells if c.valid)
     return {"mode": mode, "schedule": schedule, "residency": residency, "starts": starts,
             "engine_starts": len(starts), "warmup_requests_per_start": warmup_requests,
             "time": {"engine_wall_s": _r(wall), "loading_s": _r(sum(s["load_s"] or 0.0 for s in starts)),
@@ -396,14 +397,14 @@ def engines_block(mode: str, schedule: str, residency: dict[str, Any] | None, st
             "first_measured": first_measured_effect(cells, metric, threshold_pct) if mode == "warm" else []}
 
 
-def cold_engines_block(cells: Sequence[dict[str, Any]], metric: str, threshold_pct: float) -> dict[str, Any]:
+def cold_engines_block(cells: Sequence[Cell], metric: str, threshold_pct: float) -> dict[str, Any]:
     """Cold mode in the same terms: one engine start per cell (a cell's wall covers load, warmup and request)."""
-    starts = [{"id": f"cell{c['index']}", "arms": [c["arm"]], "argv": c["argv"], "log_path": c["log_path"],
-               "started_at": c["started_at"], "load_s": None, "warmup_s": None, "warmup_requests": 0,
-               "measured_s": None, "measured_requests": 1, "shutdown_s": None, "wall_s": c["wall_s"],
-               "memory_bytes": None, "memory_kind": (c.get("perf") or {}).get("memory_kind") or "device",
-               "status": "closed" if c["status"] != "skipped" else "starting", "reasons": [], "bcg_captures": None,
-               "first_measured_cell": c["index"]} for c in cells if c["status"] != "skipped"]
+    starts = [{"id": f"cell{c.index}", "arms": [c.arm], "argv": c.argv, "log_path": c.log_path,
+               "started_at": c.started_at, "load_s": None, "warmup_s": None, "warmup_requests": 0,
+               "measured_s": None, "measured_requests": 1, "shutdown_s": None, "wall_s": c.wall_s,
+               "memory_bytes": None, "memory_kind": (c.perf or {}).get("memory_kind") or "device",
+               "status": "closed", "reasons": [], "bcg_captures": None,
+               "first_measured_cell": c.index} for c in cells if c.status != "skipped"]
     return engines_block("cold", "one_process_per_cell", None, starts, cells, metric, threshold_pct, 0)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from .. import contract, perf_compare, perf_dump, selftest, stats
+from ..cell import Cell
 from . import _runner
 
 TOOL = "compare_perf"
@@ -77,14 +78,13 @@ def self_tests() -> list[selftest.Check]:
             doc = dict(SELF_TEST_DUMP, total_duration_ms=SELF_TEST_DUMP["total_duration_ms"] * scale)
             return doc
 
-        cells = [{"index": i, "arm": arm, "round": None, "position": None, "status": "valid", "path": "<self-test>",
-                  "perf": perf_dump.parse_perf_dump(dump(s), "process_rss").to_json()}
+        cells = [Cell(index=i, arm=arm, status="valid", perf_dump_path="<self-test>",
+                      perf=perf_dump.parse_perf_dump(dump(s), "process_rss").to_json())
                  for i, (arm, s) in enumerate([("baseline", 1.0), ("baseline", 1.002), ("candidate", 0.9),
                                                ("candidate", 0.901)])]
         entry = perf_compare.compare_cells(cells, "baseline", "candidate", resamples=200)
         payload = {"mode": "groups", "memory_kind": "process_rss", "threshold_pct": 1.5, "markdown_path": None,
-                   "inputs": [{"index": c["index"], "group": c["arm"], "path": c["path"], "perf": c["perf"]}
-                              for c in cells], "comparisons": [entry]}
+                   "inputs": perf_compare.input_rows(cells), "comparisons": [entry]}
         contract.check_document(contract.envelope("compare.v1", TOOL, **payload))
         if entry["statistics"]["verdict"] != "improved":
             raise AssertionError(f"a 10% faster group should be 'improved', got {entry['statistics']['verdict']}")

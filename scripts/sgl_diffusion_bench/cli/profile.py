@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import (assets, bench_runner, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
                log_gates, log_markers, presets, request_path, selftest)
+from ..cell import Cell
 from . import _engine_args, _runner
 from .bench import engine_capabilities
 
@@ -122,7 +123,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
                                     bcg_expected=engine_args.requests_bcg(invocation.argv), require_native=True,
                                     profiling=True)
     print(f"[profile] {preset.name}: running with the engine's profiler; traces go to {trace_dir}", file=sys.stderr)
-    request: dict[str, Any] = {}  # judged by the campaigns' own request path, then held to the trace rule too
+    request = Cell(index=0, arm=preset.name)  # judged by the campaigns' own request path, then the trace rule too
 
     def run(foreign_check=None) -> None:
         request_path.run_cold(request, argv=invocation.argv, env=child, run_dir=invocation.run_dir, gate=gate,
@@ -137,10 +138,10 @@ def handle(args: argparse.Namespace) -> _runner.Result:
             run(lambda: gpu.foreign_processes(uuids, own_pids=set()))
     else:
         run()
-    log_path = Path(request["log_path"])
-    verdict = request["gates"]["log"]
+    log_path = Path(request.log_path)
+    verdict = request.gates["log"]
     traces = find_traces(trace_dir)
-    reasons = list(request["reasons"])
+    reasons = list(request.reasons)
     if not traces:
         reasons.append(f"artifacts.no_trace: no *.trace.json[.gz] under {trace_dir}")
     status = "valid" if not reasons else "invalid"
