@@ -17,6 +17,7 @@ from PIL import Image
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench import bench_runner, campaign, command_builder, contract, engine_probe, presets, tiny_model
+from sgl_diffusion_bench.cell import Report
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = pytest.mark.engine
@@ -112,6 +113,7 @@ def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path):
     doc = json.loads(stdout)
     assert contract.validation_errors(doc) == [] and doc["schema"] == "bench-report.v1" and not doc["ok"]
     assert [c["status"] for c in doc["cells"]] == ["valid", "interrupted", "skipped", "skipped"]
+    assert Report.from_json(doc).to_json() == doc  # the typed model reads a real partial report losslessly
     assert json.loads(Path(doc["plan"]["report_path"]).read_text())["cells"][1]["status"] == "interrupted"
     assert HF_TOKEN_CANARY not in stdout + rest
     # The isolated cache was removed in the runner's finally block, ledgered as interrupted and re-scanned.

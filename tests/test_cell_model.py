@@ -49,8 +49,10 @@ def test_every_fixture_report_round_trips_and_stays_schema_valid(path):
 
 
 def test_the_model_names_exactly_the_schema_cell_properties():
-    properties = contract.load_schema("bench-report.v1")["$defs"]["cell"]["properties"]
-    assert {f.name for f in dataclasses.fields(Cell)} - {"extra"} == set(properties)
+    cell_schema = contract.load_schema("bench-report.v1")["$defs"]["cell"]
+    assert {f.name for f in dataclasses.fields(Cell)} - {"extra"} == set(cell_schema["properties"])
+    # a new cell writes the required properties (and returncode, which every report has carried), no optional one
+    assert set(Cell(index=0, arm="a").to_json()) == set(cell_schema["required"]) | {"returncode"}
     top = contract.load_schema("bench-report.v1")["properties"]
     assert {f.name for f in dataclasses.fields(Report)} - {"extra"} == set(top) - {"schema"}
 
@@ -88,6 +90,8 @@ def test_a_cell_without_index_or_another_schema_is_refused():
         Cell.from_json({"arm": "a"})
     with pytest.raises(ValueError, match="bench-report.v1"):
         Report.from_json({"schema": "compare.v1"})
+    with pytest.raises(ValueError, match="needs .*summary"):
+        Report.from_json({key: value for key, value in json.loads(EXAMPLE.read_text()).items() if key != "summary"})
 
 
 def test_the_json_is_a_copy():

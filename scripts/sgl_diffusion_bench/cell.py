@@ -108,6 +108,10 @@ class Report:
         """A report from its JSON; refuses another schema, keeps unknown top-level keys in ``extra``."""
         if doc.get("schema") != cls.SCHEMA:
             raise ValueError(f"not a {cls.SCHEMA} document (schema: {doc.get('schema')!r})")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in doc
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"a {cls.SCHEMA} document needs {', '.join(missing)}")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", "cells"}
         fields = {k: copy.deepcopy(v) for k, v in doc.items() if k in known}
         extra = {k: copy.deepcopy(v) for k, v in doc.items() if k not in known | {"schema", "cells"}}
