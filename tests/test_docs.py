@@ -33,7 +33,8 @@ from conftest import HF_TOKEN_CANARY, REPO, TEST_FIXTURES
 from sgl_diffusion_bench import doc_tables, engine_probe
 
 SKILL_DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md",
-                                       "reference/presets.md", "reference/troubleshooting.md")]
+                                       "reference/presets.md", "reference/troubleshooting.md", "reference/options.md",
+                                       "reference/evidence-map.md")]
 DOCS = [*SKILL_DOCS, REPO / "README.md"]
 FENCE = re.compile(r"(?:<!-- doc-test: (?P<marker>[^>]*?) -->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
 LANES = {"engine": pytest.mark.engine, "torch": pytest.mark.torch}
@@ -110,6 +111,30 @@ def test_relative_links_resolve_with_exact_case(doc):
             names = os.listdir(path) if path.is_dir() else []
             assert part in names, f"{doc.name}: link {target} does not resolve (exact case) at {path}"
             path = path / part
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_anchor_a_doc_links_to_exists():
+    headings = {doc.resolve(): {_slug(h) for h in re.findall(r"(?m)^#+ (.*)$", doc.read_text(encoding="utf-8"))}
+                for doc in DOCS}
+    for doc in DOCS:
+        for match in re.finditer(r"\]\((?P<target>[^)#\s]*)#(?P<anchor>[^)]+)\)", doc.read_text(encoding="utf-8")):
+            target = (doc.parent / match["target"]).resolve() if match["target"] else doc.resolve()
+            if target in headings:
+                assert match["anchor"] in headings[target], f"{doc.name}: no heading for #{match['anchor']}"
+    assert _slug("## 3.4 Profile: profile_diffusion.py".lstrip("# ")) == "34-profile-profile_diffusionpy"
+
+
+def test_the_options_reference_says_what_every_option_does():
+    """reference/options.md is generated from the parsers; an option without help text would be an empty row."""
+    rows = [line for line in (REPO / "reference" / "options.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")]
+    assert {"| `--campaign` |", "| `--all-stages` |", "| `--baseline` |"} <= {r[: r.index(" |", 2) + 2] for r in rows}
+    assert [r for r in rows if not r.strip()[1:-1].split(" | ")[-1].strip()] == []
 
 
 def test_generated_tables_match_the_data():

@@ -1,8 +1,8 @@
 """Tables in the skill docs are generated from the bundle's data, so the docs cannot drift from it.
 
 A generated block sits between ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``; its
-renderer is a function ``() -> str`` named in ``RENDERERS``. ``python3 -m sgl_diffusion_bench.doc_tables --write``
-rewrites the blocks; ``--check`` (run by the tests) fails when any block differs from the data.
+renderer is a function ``(*args) -> str`` named in ``RENDERERS`` as ``module:function[:arg]``.
+``python3 -m sgl_diffusion_bench.doc_tables --write`` rewrites the blocks; ``--check`` (run by the tests) fails when any block differs from the data.
 """
 
 from __future__ import annotations
@@ -18,16 +18,19 @@ RENDERERS = {
     "presets": "sgl_diffusion_bench.presets:render_preset_table",
     "fast-path-families": "sgl_diffusion_bench.fast_paths:render_family_table",
     "error-codes": "sgl_diffusion_bench.error_codes:render_error_table",
+    # reference/options.md: each script's options, from its own parser
+    **{f"options-{cli}": f"sgl_diffusion_bench.cli.options_reference:render:{cli}"
+       for cli in ("bench", "profile", "compare", "report", "trace", "cache", "env")},
 }
 DOCS = ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "reference/presets.md",
-        "reference/troubleshooting.md")
+        "reference/troubleshooting.md", "reference/options.md")
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
                    re.S)
 
 
 def render(name: str) -> str:
-    module_name, func = RENDERERS[name].split(":")
-    return getattr(importlib.import_module(module_name), func)().rstrip("\n") + "\n"
+    module_name, func, *args = RENDERERS[name].split(":")
+    return getattr(importlib.import_module(module_name), func)(*args).rstrip("\n") + "\n"
 
 
 def sync_text(text: str) -> tuple[str, list[str]]:

@@ -36,7 +36,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Every option that shapes a run, in one place (single runs, campaigns and the quality/BCG matrix share it)."""
     group = parser.add_argument_group("run options")
     group.add_argument("--model", help=f"preset to run (default {DEFAULT_PRESET}; see --list-models)")
-    group.add_argument("--all", action="store_true", help="every preset (after --tag/--task/--max-gpus), in order")
+    group.add_argument("--all", action="store_true", help="every preset (after --tag/--task/--max-gpus), in catalog "
+                       "order, one bench-suite.v1 listing each report; not with --model")
     group.add_argument("--model-path", help="run the preset's request against this local model directory (name it "
                        "as the hub repo, e.g. .../FLUX.1-dev: sglang picks the pipeline config by that name)")
     group.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
@@ -47,20 +48,22 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quality", help="request quality: a level the engine's --quality accepts (0.5.23: exact, "
                        "lossless, high; extra-high is lossless); default lossless where the engine has --quality")
     _engine_args.add_engine_run_options(group)
-    group.add_argument("--breakable-cuda-graph", action="store_true", help="BCG comparator run")
+    group.add_argument("--breakable-cuda-graph", action="store_true", help="a single BCG run (abba and matrix choose BCG per arm)")
     group.add_argument("--bcg-text-buckets", type=_runner.bounded_int(1, 1 << 20), nargs="+", help="positive BCG text buckets (needs BCG or matrix)")
     group.add_argument("--quality-bcg-matrix", action="store_true",
                        help="eager vs BCG in ABBA rounds for each distinct quality level the engine has "
                             "(0.5.23: exact, lossless, high)")
     compile_group = group.add_mutually_exclusive_group()
-    compile_group.add_argument("--torch-compile", action="store_true", help="torch.compile comparator (opt-in)")
+    compile_group.add_argument("--torch-compile", action="store_true", help="torch.compile comparator (default "
+                               "eager); not with BCG or the matrix; ignored with a warning on always-eager presets")
     compile_group.add_argument("--no-torch-compile", action="store_true", help="legacy spelling of the default")
     group.add_argument("--model-cache-root", help="create a fresh isolated HF cache below this directory per run")
     group.add_argument("--cleanup-model-cache", action="store_true", help="delete that cache afterwards (ledgered)")
     group.add_argument("--seed-model-cache-root", action="append", default=[],
                        help="read-only HF home or hub dir overlaid copy-on-write (repeatable)")
     group.add_argument("--cleanup-ledger", help="ledger path (default <output-dir>/cleanup.jsonl)")
-    group.add_argument("--extra-args", default="", help="more sglang generate arguments, one shell-quoted string")
+    group.add_argument("--extra-args", default="", help="more sglang generate arguments, one shell-"
+                       "quoted string, checked like preset flags; a flag the preset or tool already sets is refused")
     group.add_argument("--engine-capabilities", default="installed",
                        help="'installed' (probe, cached), 'recent' (a current-main engine), or an engine.v1 JSON file")
     group.add_argument("--dry-run", action="store_true", help="print the plan (bench-plan.v1); run and build nothing (a local model is only named)")
@@ -72,10 +75,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
     camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
     camp.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=1.5, help="smallest change that counts (default 1.5)")
-    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms")
-    camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from the statistics")
+    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms",
+                      help="the metric the verdict is stated on")
+    camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from "
+                      "the statistics; they stay in the report, listed as discarded")
     camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
-    camp.add_argument("--cell-timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=bench_runner.DEFAULT_CELL_TIMEOUT_S)
+    camp.add_argument("--cell-timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=bench_runner.DEFAULT_CELL_TIMEOUT_S,
+                      help="stop a cell's engine after this many seconds (the cell becomes failed)")
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     camp.add_argument("--engine", choices=bench_runner.ENGINE_MODES, default="cold",
                       help="cold: one `sglang generate` process per cell (default); warm: one resident engine per "

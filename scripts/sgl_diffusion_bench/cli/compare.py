@@ -38,10 +38,12 @@ def build_parser() -> _runner.Parser:
                         help="what the dumps' memory figures are: device memory, or process RSS (CPU adapter)")
     parser.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=stats.DEFAULT_THRESHOLD_PCT,
                         help="smallest change (%%) the verdict may call improved/regressed (default %(default)s)")
-    parser.add_argument("--primary-metric", choices=stats.METRICS, default="e2e_ms")
+    parser.add_argument("--primary-metric", choices=stats.METRICS, default="e2e_ms",
+                        help="the metric the verdict is stated on")
     parser.add_argument("--discard-outliers", action="store_true",
                         help="leave stage-attributed e2e outliers out of the statistics (they are listed)")
-    parser.add_argument("--resamples", type=_runner.bounded_int(1, 1_000_000), default=stats.DEFAULT_RESAMPLES)
+    parser.add_argument("--resamples", type=_runner.bounded_int(1, 1_000_000), default=stats.DEFAULT_RESAMPLES,
+                        help="bootstrap resamples (at least 100)")
     parser.add_argument("--seed", type=_runner.bounded_int(0, 2**32 - 1), default=stats.DEFAULT_SEED, help="bootstrap seed (deterministic)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the Markdown rendering to FILE")
     return parser

@@ -29,20 +29,23 @@ def build_parser() -> _runner.Parser:
                    help="skip importing the engine's generate entry point in a child process (10-40 s)")
     sub.add_parser("print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
     p = sub.add_parser("print-assets-dir", parents=[parent], help="<work root>/inputs/diffusion_benchmark/figs")
-    p.add_argument("--mkdir", action="store_true")
+    p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
     p = sub.add_parser("print-output-dir", parents=[parent], help="benchmarks or profiles output directory")
-    p.add_argument("--kind", required=True, choices=sorted(env.OUTPUT_SUBDIRS))
-    p.add_argument("--mkdir", action="store_true")
+    p.add_argument("--kind", required=True, choices=sorted(env.OUTPUT_SUBDIRS), help="which tools' outputs")
+    p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
     for name, helptext in (("print-idle-gpus", "comma-separated idle GPU indices, sampled several times"),
                            ("lease", "hold idle GPUs exclusively while COMMAND runs")):
         p = sub.add_parser(name, parents=[parent], help=helptext)
-        p.add_argument("--count", type=_runner.bounded_int(1, 1024), default=1)
+        p.add_argument("--count", type=_runner.bounded_int(1, 1024), default=1, help="how many idle GPUs")
         p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=3, help="idle in every one of this many NVML readings")
-        p.add_argument("--max-memory-mib", type=_runner.bounded_int(0, 1 << 31), default=gpu.IDLE_MAX_MEMORY_MIB)
-        p.add_argument("--max-util-pct", type=_runner.bounded_int(0, 100), default=gpu.IDLE_MAX_UTILIZATION_PCT)
-        p.add_argument("--lock-dir", default=str(gpu.DEFAULT_LOCK_DIR))
+        p.add_argument("--max-memory-mib", type=_runner.bounded_int(0, 1 << 31), default=gpu.IDLE_MAX_MEMORY_MIB,
+                       help="most memory in use that still counts as idle (loosen only deliberately)")
+        p.add_argument("--max-util-pct", type=_runner.bounded_int(0, 100), default=gpu.IDLE_MAX_UTILIZATION_PCT,
+                       help="highest utilisation that still counts as idle (loosen only deliberately)")
+        p.add_argument("--lock-dir", default=str(gpu.DEFAULT_LOCK_DIR),
+                       help="where leases are kept (shared by every campaign on this machine)")
         if name == "lease":
-            p.add_argument("--label", default="manual")
+            p.add_argument("--label", default="manual", help="names the lease holder for others to see")
             p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sub.add_parser("check-write-access", parents=[parent], help="write a probe file under the work root")
     return parser

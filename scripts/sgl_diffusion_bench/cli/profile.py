@@ -45,12 +45,13 @@ def build_parser() -> _runner.Parser:
                         help="denoise steps to record after warmup (default 2, as in the seed PR's traces)")
     parser.add_argument("--quality", help="a level the engine's --quality accepts (0.5.23: exact, lossless, high)")
     parser.add_argument("--breakable-cuda-graph", action="store_true", help="profile the BCG path")
-    parser.add_argument("--no-warmup", action="store_true")
+    parser.add_argument("--no-warmup", action="store_true", help="no warmup request (start-up studies only)")
     parser.add_argument("--extra-args", default="", help="more sglang generate arguments, one shell-quoted string")
     parser.add_argument("--engine-capabilities", default="installed", help="installed | recent | engine.v1 file")
-    parser.add_argument("--refresh-probe", action="store_true")
+    parser.add_argument("--refresh-probe", action="store_true", help="ignore the cached engine probe")
     _engine_args.add_engine_options(parser)
-    parser.add_argument("--timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=3600.0)
+    parser.add_argument("--timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=3600.0,
+                        help="stop the engine after this many seconds")
     parser.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     parser.add_argument("--dry-run", action="store_true", help="print the command and trace directory; run nothing")
     return parser
