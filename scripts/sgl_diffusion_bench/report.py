@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import perf_compare
+from .cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
 PLOT_NAME = "bench-report.png"
@@ -26,32 +27,35 @@ def _arm_title(name: str, spec: Mapping[str, Any]) -> str:
     return name if not spec.get("letter") else f"{name} ({spec['letter']})"
 
 
-def _round_label(cell: Mapping[str, Any]) -> str:
-    if cell.get("round") is None:
-        return cell.get("position") or f"cell {cell['index']}"
-    return f"Round {cell['round']} — {cell.get('position') or cell['arm']}"
+def _round_label(cell: Cell) -> str:
+    if cell.round is None:
+        return cell.position or f"cell {cell.index}"
+    return f"Round {cell.round} — {cell.position or cell.arm}"
 
 
-def arm_order(doc: Mapping[str, Any]) -> list[str]:
+def _cells(doc: Mapping[str, Any]) -> list[Cell]:
+    return [Cell.from_json(c) for c in doc["cells"]]
+
+
+def arm_order(campaign: Mapping[str, Any], cells: list[Cell]) -> list[str]:
     """Baseline first, then candidate, then the order arms first run (the JSON's object keys are sorted)."""
-    campaign = doc["campaign"]
     named = [campaign.get("baseline_arm"), campaign.get("candidate_arm"),
-             *(o["arm"] for o in campaign["order"]), *(c["arm"] for c in doc["cells"]), *campaign["arms"]]
+             *(o["arm"] for o in campaign["order"]), *(c.arm for c in cells), *campaign["arms"]]
     return [a for a in dict.fromkeys(named) if a in campaign["arms"]]
 
 
-def _stage_order(doc: Mapping[str, Any], names) -> list[str]:
-    executed = [n for c in doc["cells"] if c.get("perf") for n in c["perf"].get("stage_order", [])]
+def _stage_order(cells: list[Cell], names) -> list[str]:
+    executed = [n for c in cells if c.perf for n in c.perf.get("stage_order", [])]
     return [n for n in dict.fromkeys([*executed, *names]) if n in names]
 
 
 def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -> str:
-    campaign, summary, cells = doc["campaign"], doc["summary"], doc["cells"]
-    arms = arm_order(doc)
+    campaign, summary, cells = doc["campaign"], doc["summary"], _cells(doc)
+    arms = arm_order(campaign, cells)
     comparison = summary.get("comparison")
     lines = [f"## Benchmark: {campaign['label']}", ""]
     lines += [f"- Mode {campaign['mode']}, {campaign['rounds']} round(s), preset `{campaign.get('preset') or '-'}`; "
-              f"{sum(1 for c in cells if c['status'] == 'valid')} of {len(cells)} cells valid."]
+              f"{sum(1 for c in cells if c.valid)} of {len(cells)} cells valid."]
     lines += _request(doc)
     for name in arms:
         spec = campaign["arms"][name]
@@ -68,7 +72,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
         lines += ["", "### Statistics", "", *perf_compare.render_statistics(comparison, summary["arms"])]
         lines += ["", "### Stages (mean ms)", "", "| Stage | " + " | ".join(
             [comparison["baseline_arm"], comparison["candidate_arm"]]) + " | Change |", "|---|---:|---:|---:|"]
-        for name in _stage_order(doc, comparison["stages"]):
+        for name in _stage_order(cells, comparison["stages"]):
             row = comparison["stages"][name]
             pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
             lines.append(f"| {name} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
@@ -81,7 +85,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines += _output_quality(summary.get("output_quality"))
     if plot_name:
         lines += ["", f"![E2E and denoise of every cell by run order]({plot_name})"]
-    lines += _reproduce(doc)
+    lines += _reproduce(doc, cells)
     lines += _environment(doc)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -144,25 +148,24 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.3f}"
 
 
-def _run_order_table(cells, arms) -> list[str]:
+def _run_order_table(cells: list[Cell], arms) -> list[str]:
     """Run-order rows with per-arm columns, then the per-arm means over the valid cells."""
     header = ["Run order", *[f"{a} E2E (s)" for a in arms], *[f"{a} denoise (s)" for a in arms]]
-    show_status = any(c["status"] != "valid" for c in cells)
+    show_status = any(not c.valid for c in cells)
     if show_status:
         header.append("Status")
     table = ["| " + " | ".join(header) + " |",
              "|---|" + "---:|" * (2 * len(arms)) + ("---|" if show_status else "")]
     for cell in cells:
-        perf = (cell.get("perf") if cell["status"] == "valid" else None) or {}  # a cell that does not count shows no figure
-        values = [_s(perf.get(key)) if cell["arm"] == a else "" for key in ("e2e_ms", "denoise_ms") for a in arms]
+        perf = (cell.perf if cell.valid else None) or {}  # a cell that does not count shows no figure
+        values = [_s(perf.get(key)) if cell.arm == a else "" for key in ("e2e_ms", "denoise_ms") for a in arms]
         if show_status:
-            values.append(cell["status"] + (f": {'; '.join(cell['reasons'])}" if cell["reasons"] else ""))
+            values.append(cell.status + (f": {'; '.join(cell.reasons)}" if cell.reasons else ""))
         table.append("| " + " | ".join([_round_label(cell), *values]) + " |")
     means = []
     for key in ("e2e_ms", "denoise_ms"):
         for a in arms:
-            vals = [c["perf"][key] for c in cells
-                    if c["arm"] == a and c["status"] == "valid" and c.get("perf") and c["perf"].get(key) is not None]
+            vals = [c.metric(key) for c in cells if c.arm == a and c.valid and c.metric(key) is not None]
             means.append(_s(sum(vals) / len(vals)) if vals else "n/a")
     table.append("| Mean (valid cells) | " + " | ".join(means) + (" | |" if show_status else " |"))
     return table
@@ -245,14 +248,14 @@ def _memory_words(kind: str | None, sources: list[str]) -> str:
     return f"Peak reserved device memory, rank 0{source},"
 
 
-def _invalid(cells) -> list[str]:
-    bad = [c for c in cells if c["status"] != "valid"]
+def _invalid(cells: list[Cell]) -> list[str]:
+    bad = [c for c in cells if not c.valid]
     if not bad:
         return []
     lines = ["", "### Cells not counted", ""]
     for c in bad:
-        lines.append(f"- {_round_label(c)} ({c['arm']}, cell {c['index']}): {c['status']}"
-                     + (f" — {'; '.join(c['reasons'])}" if c["reasons"] else ""))
+        lines.append(f"- {_round_label(c)} ({c.arm}, cell {c.index}): {c.status}"
+                     + (f" — {'; '.join(c.reasons)}" if c.reasons else ""))
     return lines
 
 
@@ -297,7 +300,7 @@ def _output_quality(quality) -> list[str]:
     return lines
 
 
-def _reproduce(doc) -> list[str]:
+def _reproduce(doc, cells: list[Cell]) -> list[str]:
     lines = ["", "### Reproduce", ""]
     reproduce = doc["plan"].get("reproduce") if isinstance(doc["plan"], dict) else None
     commands = []
@@ -305,10 +308,10 @@ def _reproduce(doc) -> list[str]:
         commands = [(r.get("arm", ""), r["command"]) for r in reproduce if isinstance(r, dict) and r.get("command")]
     if not commands:
         seen = set()
-        for cell in doc["cells"]:
-            if cell["arm"] not in seen and cell["argv"]:
-                seen.add(cell["arm"])
-                commands.append((cell["arm"], shlex.join(cell["argv"])))
+        for cell in cells:
+            if cell.arm not in seen and cell.argv:
+                seen.add(cell.arm)
+                commands.append((cell.arm, shlex.join(cell.argv)))
     for arm, command in commands:
         lines += [f"{arm}:", "", "```bash", command, "```", ""]
     note = doc["plan"].get("note") if isinstance(doc["plan"], dict) else None
@@ -345,36 +348,36 @@ def render_plot(doc: Mapping[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = doc["cells"]
-    arms = arm_order(doc)
+    cells = _cells(doc)
+    arms = arm_order(doc["campaign"], cells)
     outlier_cells = {o["cell"] for s in doc["summary"]["arms"].values() for o in s["outliers"]}
     fig, axes = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     for ax, key, label in ((axes[0], "e2e_ms", "E2E (s)"), (axes[1], "denoise_ms", "Denoise (s)")):
         for i, arm in enumerate(arms):
-            points = [(n, c["perf"][key] / 1000) for n, c in enumerate(cells)
-                      if c["arm"] == arm and c["status"] == "valid" and c.get("perf") and c["perf"].get(key)]
+            points = [(n, c.metric(key) / 1000) for n, c in enumerate(cells)
+                      if c.arm == arm and c.valid and c.metric(key)]
             if points:
                 ax.plot(*zip(*points), marker="o", linestyle="none", color=f"C{i}", label=arm)
-            ringed = [(n, c["perf"][key] / 1000) for n, c in enumerate(cells)
-                      if c["arm"] == arm and c["index"] in outlier_cells and c.get("perf") and c["perf"].get(key)]
+            ringed = [(n, c.metric(key) / 1000) for n, c in enumerate(cells)
+                      if c.arm == arm and c.index in outlier_cells and c.metric(key)]
             if ringed:
                 ax.plot(*zip(*ringed), marker="o", markersize=14, markerfacecolor="none", linestyle="none",
                         color="red")
         for n, c in enumerate(cells):
-            if c["status"] != "valid":
+            if not c.valid:
                 ax.axvline(n, color="grey", linestyle=":", linewidth=1)
         for n in range(1, len(cells)):
-            if cells[n].get("round") != cells[n - 1].get("round"):
+            if cells[n].round != cells[n - 1].round:
                 ax.axvline(n - 0.5, color="black", linewidth=0.8, alpha=0.4)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-    if any(c["status"] == "valid" for c in cells):
+    if any(c.valid for c in cells):
         axes[0].legend(loc="best", fontsize="small")
     axes[0].set_title(f"{doc['campaign']['label']}: every cell by run order (red ring = outlier, "
                       f"dotted = not valid)", fontsize="medium")
     axes[1].set_xticks(range(len(cells)))
-    axes[1].set_xticklabels([f"R{c['round']}\n{c.get('position') or ''}" if c.get("round") is not None
-                             else str(c["index"]) for c in cells], fontsize="small")
+    axes[1].set_xticklabels([f"R{c.round}\n{c.position or ''}" if c.round is not None else str(c.index)
+                             for c in cells], fontsize="small")
     axes[1].set_xlabel("run order")
     fig.tight_layout()
     path = Path(path)
