@@ -19,6 +19,9 @@ TEST_FIXTURES = REPO / "tests" / "fixtures"
 HF_TOKEN_CANARY = "hf_CANARYtokenValue0123456789abcdef"
 
 sys.path.insert(0, str(SCRIPTS))
+# Scripts the tests start cache their bytecode, as Python does by default: with PYTHONDONTWRITEBYTECODE set (as some
+# sandboxes do) each of the ~200 scripts `make check` starts recompiled the ~60 modules it imports, a third of its time.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 CHECK_LANE_DIR = REPO / "tests" / "check_lane"
 if os.environ.get("SGL_BENCH_CHECK_LANE") == "1":  # `make check`: torch and the engine must not be imported

@@ -104,7 +104,8 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from sgl_diffusion_bench.cli import bench
 out = sys.argv[2]
-codes = [bench.main(["--model", "tiny-flux-cpu", "--campaign", "ab", "--output-dir", out, "--json"]),
+codes = [bench.main(["--model", "tiny-flux-cpu", "--campaign", "ab", "--engine-capabilities", "recent", "--output-dir",
+                     out, "--json"]),
          bench.main(["--model", "flux", "--label", "gated", "--engine-capabilities", "recent", "--output-dir", out,
                      "--json"])]
 print(json.dumps({"codes": codes, "heavy": sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[3:]))}))
