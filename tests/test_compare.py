@@ -6,7 +6,7 @@ import json
 import re
 import shutil
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import perf_compare
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
@@ -17,7 +17,7 @@ BCG = [str(SEED / f) for f in ("r1-b1-bcg.json", "r1-b2-bcg.json", "r2-b1-bcg.js
 
 def test_groups_reproduce_the_seed_pr(tmp_path):
     md = tmp_path / "cmp.md"
-    run = run_script("compare_perf", "--baseline", *EAGER, "--candidate", *BCG, "--markdown", str(md), "--json")
+    run = run_main("compare_perf", "--baseline", *EAGER, "--candidate", *BCG, "--markdown", str(md), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
     assert doc["schema"] == "compare.v1" and doc["mode"] == "groups" and len(doc["inputs"]) == 8
@@ -39,7 +39,7 @@ def test_groups_reproduce_the_seed_pr(tmp_path):
 
 def test_files_mode_on_real_h200_dumps():
     files = [str(TEST_FIXTURES / H200 / c / "perf.json") for c in ("full_plain", "full_profile", "tiny_plain")]
-    run = run_script("compare_perf", *files, "--json")
+    run = run_main("compare_perf", *files, "--json")
     assert run.returncode == 0
     doc = run.document
     assert doc["mode"] == "files" and [c["candidate"] for c in doc["comparisons"]] == ["file1", "file2"]
@@ -55,7 +55,7 @@ def test_files_mode_on_real_h200_dumps():
 
 def test_human_markdown_and_process_rss_label():
     files = [str(TEST_FIXTURES / H200 / c / "perf.json") for c in ("tiny_plain", "tiny_profile")]
-    run = run_script("compare_perf", "--memory-kind", "process_rss", *files)
+    run = run_main("compare_perf", "--memory-kind", "process_rss", *files)
     assert run.returncode == 0 and run.stdout.startswith("# Perf dump comparison")
     assert "process RSS (CPU adapter, not device memory)" in run.stdout
     assert re.search(r"\| E2E \(s\) \| 26\.473655 \| 2\.881685 \|", run.stdout)
@@ -65,16 +65,16 @@ def test_human_markdown_and_process_rss_label():
 def test_malformed_dump_is_an_input_error(tmp_path):
     bad = tmp_path / "perf.json"
     bad.write_text(json.dumps({"total_duration_ms": "12", "steps": []}))
-    run = run_script("compare_perf", EAGER[0], str(bad), "--json")
+    run = run_main("compare_perf", EAGER[0], str(bad), "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "input.perf_dump_invalid"
     assert "is not of type 'number'" in run.document["error"]["message"]
 
 
 def test_usage_errors():
-    assert run_script("compare_perf", EAGER[0], "--json").document["error"]["code"] == "usage.too_few_files"
-    run = run_script("compare_perf", EAGER[0], EAGER[1], "--baseline", EAGER[2], "--candidate", BCG[0], "--json")
+    assert run_main("compare_perf", EAGER[0], "--json").document["error"]["code"] == "usage.too_few_files"
+    run = run_main("compare_perf", EAGER[0], EAGER[1], "--baseline", EAGER[2], "--candidate", BCG[0], "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.conflicting_inputs"
-    run = run_script("compare_perf", "--baseline", EAGER[0], "--json")
+    run = run_main("compare_perf", "--baseline", EAGER[0], "--json")
     assert run.document["error"]["code"] == "usage.missing_group"
 
 

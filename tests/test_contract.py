@@ -7,7 +7,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import REPO, SCRIPTS, run_script
+from conftest import REPO, SCRIPTS, run_main, run_script
 from sgl_diffusion_bench import contract
 
 SCRIPT_NAMES = sorted(p.stem for p in SCRIPTS.glob("*.py"))
@@ -36,7 +36,7 @@ def test_self_test_passes_and_validates(name):
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_bad_usage_is_an_error_document_with_exit_2(name):
-    run = run_script(name, "--no-such-flag", "--json")
+    run = run_main(name, "--no-such-flag", "--json")
     assert run.returncode == 2
     assert run.document["schema"] == "error.v1"
     assert run.document["error"]["code"].startswith("usage.")
@@ -45,7 +45,7 @@ def test_bad_usage_is_an_error_document_with_exit_2(name):
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_help_works(name):
-    run = run_script(name, "--help", expect_json=False)
+    run = run_main(name, "--help", expect_json=False)
     assert run.returncode == 0 and "usage:" in run.stdout
 
 

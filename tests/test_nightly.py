@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import nightly, presets
 
 CONFIG = TEST_FIXTURES / "nightly" / "comparison_configs.json"
@@ -86,27 +86,27 @@ def test_ignored_and_warmup_keys_do_not_count():
 
 
 def test_cli_passes_and_fails_with_exit_codes(tmp_path):
-    ok = run_script("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(CONFIG), "--json")
+    ok = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(CONFIG), "--json")
     assert ok.returncode == 0 and ok.document["schema"] == "nightly-check.v1" and ok.document["ok"]
     config = json.loads(CONFIG.read_text())
     _case(config, "wan22_ti2v_5b_720p")["seed"] = 0
     changed = tmp_path / "comparison_configs.json"
     changed.write_text(json.dumps(config))
-    bad = run_script("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(changed),
+    bad = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(changed),
                      "--json")
     assert bad.returncode == 1 and not bad.document["ok"]
     assert bad.document["problems"] == ["wan-ti2v: seed differs: preset 42 vs case 0"]
-    text = run_script("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(changed))
+    text = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(changed))
     assert "Nightly alignment check failed:\n- wan-ti2v: seed differs" in text.stderr
 
 
 def test_missing_or_malformed_config(tmp_path):
-    missing = run_script("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config",
+    missing = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config",
                          str(tmp_path / "nope.json"), "--json")
     assert missing.returncode == 3 and missing.document["error"]["code"] == "nightly.config_missing"
     assert "Missing nightly config" in missing.document["error"]["message"]
     malformed = tmp_path / "bad.json"
     malformed.write_text(json.dumps({"cases": [{"model": "x"}]}))
-    bad = run_script("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(malformed),
+    bad = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(malformed),
                      "--json")
     assert bad.returncode == 2 and bad.document["error"]["code"] == "input.nightly_config_invalid"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_script
+from conftest import run_main
 from sgl_diffusion_bench import contract, datafile, presets
 
 NIGHTLY_ORDER = ["flux", "flux2", "qwen", "qwen-edit", "zimage", "wan-t2v", "wan-ti2v", "ltx23-ti2v-two-stage",
@@ -129,12 +129,12 @@ def test_render_preset_table_lists_every_preset():
 
 
 def test_list_models_cli_filters_and_validates():
-    run = run_script("bench_diffusion_denoise", "--list-models", "--tag", "nightly", "--max-gpus", "2", "--json")
+    run = run_main("bench_diffusion_denoise", "--list-models", "--tag", "nightly", "--max-gpus", "2", "--json")
     assert run.returncode == 0
     doc = run.document
     assert doc["schema"] == "preset-list.v1" and doc["total"] == len(presets.load_presets())
     assert [p["name"] for p in doc["presets"]] == [n for n in NIGHTLY_ORDER if presets.get_preset(n).num_gpus <= 2]
-    run = run_script("bench_diffusion_denoise", "--list-models", "--task", "t2va", "--json")
+    run = run_main("bench_diffusion_denoise", "--list-models", "--task", "t2va", "--json")
     assert [p["name"] for p in run.document["presets"]] == ["minimax-h3-t2va", "fasth3-t2va-vsa"]
 
 
@@ -146,5 +146,5 @@ def test_every_preset_is_complete_and_bundle_prompts_say_so():
         assert p.prompt_source in ("reference", "bundle")
         if p.prompt_summary:  # the reference only summarises: the text is ours
             assert p.prompt_source == "bundle", p.name
-    listed = run_script("bench_diffusion_denoise", "--list-models", "--json").document
+    listed = run_main("bench_diffusion_denoise", "--list-models", "--json").document
     assert all(row["complete"] and row["prompt_source"] for row in listed["presets"])

@@ -9,7 +9,7 @@ import re
 import numpy as np
 from PIL import Image
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import contract, quality, report, stats
 from sgl_diffusion_bench.cell import Cell
 
@@ -30,7 +30,7 @@ def test_example_validates_and_its_summary_is_what_the_code_computes():
 
 
 def test_renders_the_seed_pr_evidence(tmp_path):
-    run = run_script("render_bench_report", str(EXAMPLE), "--output-dir", str(tmp_path), "--json")
+    run = run_main("render_bench_report", str(EXAMPLE), "--output-dir", str(tmp_path), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
     assert doc["schema"] == "report-render.v1" and doc["verdict"] == "no_significant_change"
@@ -79,8 +79,8 @@ def test_bad_report_is_an_input_error(tmp_path):
     doc["cells"][0]["status"] = "fine"
     bad = tmp_path / "r.json"
     bad.write_text(json.dumps(doc))
-    run = run_script("render_bench_report", str(bad), "--json")
+    run = run_main("render_bench_report", str(bad), "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "input.schema_mismatch"
     assert "cells/0/status" in run.document["error"]["message"]
-    run = run_script("render_bench_report", str(tmp_path / "absent.json"), "--json")
+    run = run_main("render_bench_report", str(tmp_path / "absent.json"), "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "input.not_found"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 
 H200 = TEST_FIXTURES / "traces-h200"
 TP2 = TEST_FIXTURES / "traces-h200-tp2"
@@ -17,7 +17,7 @@ GRAPH = H200 / "flux-graph-2_steps-full_stages-global-rank0.trace.json.gz"
 
 def test_hotspots_bounded_on_stdout_full_table_in_output_file(tmp_path):
     out = tmp_path / "full.json"
-    run = run_script("analyze_trace", "hotspots", str(EAGER), "--top", "3", "--output", str(out), "--json")
+    run = run_main("analyze_trace", "hotspots", str(EAGER), "--top", "3", "--output", str(out), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
     assert doc["schema"] == "trace-hotspots.v1" and len(doc["kernels"]) == 3 and doc["output"] == str(out)
@@ -30,7 +30,7 @@ def test_hotspots_bounded_on_stdout_full_table_in_output_file(tmp_path):
 
 
 def test_two_traces_are_analysed_as_ranks():
-    run = run_script("analyze_trace", "hotspots", *(str(TP2 / f"flux-tp2-eager-2_steps-full_stages-global-rank{r}"
+    run = run_main("analyze_trace", "hotspots", *(str(TP2 / f"flux-tp2-eager-2_steps-full_stages-global-rank{r}"
                                                          ".trace.json.gz") for r in (0, 1)), "--top", "2", "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
@@ -41,7 +41,7 @@ def test_two_traces_are_analysed_as_ranks():
 
 def test_compare_writes_markdown_and_json(tmp_path):
     md = tmp_path / "table.md"
-    run = run_script("analyze_trace", "compare", str(EAGER), str(GRAPH), "--label-a", "eager", "--label-b", "graph",
+    run = run_main("analyze_trace", "compare", str(EAGER), str(GRAPH), "--label-a", "eager", "--label-b", "graph",
                      "--markdown", str(md), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
@@ -51,7 +51,7 @@ def test_compare_writes_markdown_and_json(tmp_path):
 
 def test_classify_labels_engine_kernels():
     trace = next((TEST_FIXTURES / "sglang-0.5.10-h200" / "full_profile").glob("*.trace.json.gz"))
-    run = run_script("analyze_trace", "classify", str(trace), "--top", "60", "--json")
+    run = run_main("analyze_trace", "classify", str(trace), "--top", "60", "--json")
     assert run.returncode == 0, run.stderr
     families = {row["name"]: row["family"] for row in run.document["hot"]}
     assert any(f == "Q2" and "fused_qknorm_rope_warp" in n for n, f in families.items())
@@ -84,19 +84,19 @@ def test_bad_inputs_are_error_documents_with_exit_2(tmp_path, case, expected_cod
         "missing": lambda: str(tmp_path / "absent.json.gz"),
     }[case]()
     for command in (["hotspots", path], ["classify", path], ["compare", path, path]):
-        run = run_script("analyze_trace", *command, "--json")
+        run = run_main("analyze_trace", *command, "--json")
         assert run.returncode == 2
         assert run.document["schema"] == "error.v1" and run.document["error"]["code"] == expected_code
         assert run.document["error"]["hint"]
 
 
 def test_bad_top_is_a_usage_error(tmp_path):
-    run = run_script("analyze_trace", "hotspots", "x.json", "--top", "0", "--json")
+    run = run_main("analyze_trace", "hotspots", "x.json", "--top", "0", "--json")
     assert run.returncode == 2 and run.document["error"]["code"].startswith("usage.")
 
 
 def test_self_test_runs_the_bundled_trace():
-    run = run_script("analyze_trace", "--self-test", "--json")
+    run = run_main("analyze_trace", "--self-test", "--json")
     assert run.returncode == 0
     names = {c["name"] for c in run.document["checks"]}
     assert {"sample-hotspots", "fast-path-registry", "corrupt-trace", "schema:fast-paths.v1"} <= names
