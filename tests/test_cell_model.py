@@ -39,7 +39,7 @@ def test_every_fixture_report_round_trips_and_stays_schema_valid(path):
     doc = json.loads(path.read_text())
     report = Report.from_json(doc)
     assert [type(c) for c in report.cells] == [Cell] * len(doc["cells"]) and report.cells
-    for raw, cell in zip(doc["cells"], report.cells):
+    for raw, cell in zip(doc["cells"], report.cells, strict=True):
         assert cell.extra == {}  # the model names every property the tools wrote
         assert cell.to_json() == raw
         assert cell_errors(cell.to_json()) == []

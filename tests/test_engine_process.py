@@ -242,6 +242,6 @@ def test_adapter_checks_each_gap_in_the_installed_engine():
     assert words[0] == "cpu" and words[4:] == ["True", "AttributeError"]
     outcomes = {p["patch"]: p["outcome"] for p in map(sgl_cpu_adapter.parse_line, proc.stderr.splitlines())
                 if p and p["kind"] == "patch"}
-    for patch, own in zip(("b2", "b2a", "b3"), words[1:4]):  # the engine's own method, or the base class's
+    for patch, own in zip(("b2", "b2a", "b3"), words[1:4], strict=True):  # the engine's own method, or the base class's
         assert outcomes[patch] == ("not-needed" if own == "True" else "applied"), (patch, proc.stderr[-2000:])
     assert outcomes["b5"] == "applied"

@@ -40,7 +40,7 @@ def test_renders_the_seed_pr_evidence(tmp_path):
     assert "| Round 2 — B1 |  | 4.385315 |  | 3.917348 |" in md
     means = re.search(r"\| Mean \(valid cells\) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", md)
     published = (4.315577, 4.177754, 4.119540, 3.911356)
-    assert all(abs(float(v) - p) <= 1e-6 + 1e-12 for v, p in zip(means.groups(), published))
+    assert all(abs(float(v) - p) <= 1e-6 + 1e-12 for v, p in zip(means.groups(), published, strict=True))
     for needle in ("(-3.194%)", "(-5.054%)", "Per-round E2E reductions are 4.771% and 1.620%",
                    "Round 2 B1 (bcg, cell 5)", "371.106 ms in TextEncodingStage", "remains in the aggregate",
                    "No samples were discarded.", "from 19.473 GiB to 20.707 GiB",

@@ -157,7 +157,7 @@ def test_a_noisy_machine_supports_no_verdict():
     (+89%) because both rounds happened to be slower in B. A spread that wide supports no claim at all."""
     e2e = [1295.9, 1492.2, 1367.6, 35.6, 1565.0, 3355.6, 3464.0, 2223.8]
     arms = ["a", "a-again", "a-again", "a"] * 2
-    cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e))]
+    cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e, strict=True))]
     change = stats.metric_change(cells, "a", "a-again", "e2e_ms")
     assert change["verdict"] == "insufficient_data" and change["reason"].startswith("unstable:")
     assert change["change_pct"] is not None  # the figures are still reported, only the verdict is withheld
@@ -167,7 +167,7 @@ def test_a_noisy_aa_campaign_still_reports_its_noise_floor_and_next_step():
     """The same contended A/A: no verdict, but the noise floor and what it would take are always given."""
     e2e = [1295.9, 1492.2, 1367.6, 35.6, 1565.0, 3355.6, 3464.0, 2223.8]
     arms = ["a", "a-again", "a-again", "a"] * 2
-    cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e))]
+    cells = [cell(i, arm, 1 + i // 4, v) for i, (arm, v) in enumerate(zip(arms, e2e, strict=True))]
     comparison = stats.summarize(cells, ["a", "a-again"], "a", "a-again")["comparison"]
     assert comparison["verdict"] == "insufficient_data"
     floor = comparison["metrics"]["e2e_ms"]["noise_floor"]

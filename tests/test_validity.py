@@ -174,7 +174,7 @@ def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
     runner = bench_runner.CampaignRunner(preset, campaign.plan("abba", rounds=2), settings, caps, environment={},
                                          model_path=str(tmp_path / "model"), asset_filenames={})
     recorded = example()["cells"]
-    for cell, seen in zip(runner.cells, recorded):
+    for cell, seen in zip(runner.cells, recorded, strict=True):
         for key in ("status", "reasons", "perf", "outputs", "wall_s"):
             setattr(cell, key, copy.deepcopy(seen[key]))
     assert runner.report()["summary"]["comparison"]["verdict"] == "improved"

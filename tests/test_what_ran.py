@@ -64,7 +64,7 @@ def test_ab_arm_with_bcg_flags_is_gated_as_bcg(tmp_path):
         asset_filenames={}, caller_env={})
     arms = engine_args.arms_as_run(plan, runner.invocations)
     assert arms["b"]["bcg"] is True and arms["a"]["bcg"] is False
-    by_arm = {slot.arm: inv for slot, inv in zip(plan.slots, runner.invocations)}
+    by_arm = {slot.arm: inv for slot, inv in zip(plan.slots, runner.invocations, strict=True)}
     failed_log = (H23 / "bcg-capture-failed" / "log.txt").read_text(encoding="utf-8")
     captured_log = (H23 / "direct-pair" / "bcg" / "log.txt").read_text(encoding="utf-8")
     for log, valid in ((failed_log, False), (captured_log, True)):

@@ -138,7 +138,7 @@ class CampaignRunner:
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.model_path = model_path
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
-        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations)]
+        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations, strict=True)]
         unique = dict.fromkeys((c, m) for inv in self.invocations for c, m in inv.warnings)
         self.warnings: list[dict[str, str]] = [{"code": c, "message": m} for c, m in unique]
         self.cleanup_entry: dict[str, Any] | None = None
@@ -195,7 +195,7 @@ class CampaignRunner:
         exit_reason = "error"
         try:
             with self._model_cache() as prepared, self._engines(prepared) as warm:
-                for index, (cell, invocation) in enumerate(zip(self.cells, self.invocations)):
+                for index, (cell, invocation) in enumerate(zip(self.cells, self.invocations, strict=True)):
                     progress.start(cell)
                     try:
                         if warm is not None:

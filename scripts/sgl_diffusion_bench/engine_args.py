@@ -147,7 +147,7 @@ def log_gate(markers: log_markers.MarkerSet, argv: Sequence[str], *, quality: st
 def arms_as_run(plan: Any, invocations: Sequence[Any]) -> dict[str, Any]:
     """Each arm as planned, with ``bcg`` taken from the flags its commands carry."""
     arms = {n: a.to_json() for n, a in plan.arms.items()}
-    for slot, inv in zip(plan.slots, invocations):
+    for slot, inv in zip(plan.slots, invocations, strict=True):
         arms[slot.arm]["bcg"] = requests_bcg(inv.argv)
     return arms
 

@@ -357,11 +357,11 @@ def render_plot(doc: Mapping[str, Any], path: str | Path) -> Path:
             points = [(n, c.metric(key) / 1000) for n, c in enumerate(cells)
                       if c.arm == arm and c.valid and c.metric(key)]
             if points:
-                ax.plot(*zip(*points), marker="o", linestyle="none", color=f"C{i}", label=arm)
+                ax.plot(*zip(*points, strict=True), marker="o", linestyle="none", color=f"C{i}", label=arm)
             ringed = [(n, c.metric(key) / 1000) for n, c in enumerate(cells)
                       if c.arm == arm and c.index in outlier_cells and c.metric(key)]
             if ringed:
-                ax.plot(*zip(*ringed), marker="o", markersize=14, markerfacecolor="none", linestyle="none",
+                ax.plot(*zip(*ringed, strict=True), marker="o", markersize=14, markerfacecolor="none", linestyle="none",
                         color="red")
         for n, c in enumerate(cells):
             if not c.valid:

@@ -30,7 +30,7 @@ def child_env_changes(caller_env: Mapping[str, str], child_env: Mapping[str, str
 def reproduce_entries(runner) -> list[dict[str, str]]:
     """One command per arm, with the environment the cell really got (the runner's own child environment)."""
     entries, seen = [], set()
-    for cell, inv in zip(runner.cells, runner.invocations):
+    for cell, inv in zip(runner.cells, runner.invocations, strict=True):
         if cell.arm in seen:
             continue
         seen.add(cell.arm)

@@ -80,7 +80,7 @@ def find_outliers(cells: Sequence[Cell], arm: str, z_threshold: float = OUTLIER_
     mad = max(statistics.median(abs(v - median) for v in e2e), MAD_FLOOR_FRACTION * abs(median))
     stage_medians = _stage_medians(arm_cells)
     found = []
-    for cell, value in zip(arm_cells, e2e):
+    for cell, value in zip(arm_cells, e2e, strict=True):
         z = 0.6745 * (value - median) / mad
         if abs(z) < z_threshold:
             continue
@@ -179,7 +179,7 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
                               "more_samples_per_arm": None, "rounds_needed": None}
     if cv_b is None or cv_c is None:
         return result
-    usable = [(b, c) for b, c in zip(base_strata, cand_strata) if b and c]
+    usable = [(b, c) for b, c in zip(base_strata, cand_strata, strict=True) if b and c]
     strata_b = [b for b, _ in usable] or [list(base)]
     strata_c = [c for _, c in usable] or [list(cand)]
     low, high = _bootstrap_interval(strata_b, strata_c, resamples=resamples, seed=seed, confidence=confidence)

@@ -101,7 +101,7 @@ class WarmCampaign:
     # -- engines -------------------------------------------------------------------------------------------------
 
     def _arms_of(self, key_index: int) -> list[str]:
-        return list(dict.fromkeys(c.arm for c, k in zip(self.runner.cells, self.key_of_cell) if k == key_index))
+        return list(dict.fromkeys(c.arm for c, k in zip(self.runner.cells, self.key_of_cell, strict=True) if k == key_index))
 
     def _start(self, key_index: int) -> EngineStart:
         runner = self.runner
@@ -169,7 +169,7 @@ class WarmCampaign:
     def _warmup_requests(self, key_index: int) -> list[command_builder.Invocation]:
         """``warmup_requests`` uncounted requests per distinct request this engine will serve, in plan order."""
         firsts: dict[tuple[str, ...], int] = {}
-        for index, (engine, request) in enumerate(zip(self.key_of_cell, self.request_key_of_cell)):
+        for index, (engine, request) in enumerate(zip(self.key_of_cell, self.request_key_of_cell, strict=True)):
             if engine == key_index:
                 firsts.setdefault(request, index)
         return [self.runner.invocations[i] for i in firsts.values() for _ in range(self.settings.warmup_requests)]

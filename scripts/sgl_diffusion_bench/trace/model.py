@@ -234,7 +234,7 @@ def _steps(names: list[str], annotations: Events, step_frames: Events) -> tuple[
     if len(step_frames):
         # An override that calls super() nests a second frame of the same name: keep the outermost per thread.
         grouped: dict[int, list[tuple[float, float, int]]] = {}
-        for i, (ts, dur, thread) in enumerate(zip(step_frames.ts, step_frames.dur, step_frames.thread)):
+        for i, (ts, dur, thread) in enumerate(zip(step_frames.ts, step_frames.dur, step_frames.thread, strict=True)):
             grouped.setdefault(thread, []).append((ts, ts + dur, i))
         kept = sorted((r for ranges in grouped.values() for r in _outermost(ranges)), key=lambda r: r[0])
         return tuple(Step(n, f"denoising_step_{n}", start, end) for n, (start, end, _) in enumerate(kept)), \
@@ -249,7 +249,7 @@ def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
     if not index:
         return out
     right = bisect.bisect_right
-    for i, (ts, thread) in enumerate(zip(calls.ts, calls.thread)):
+    for i, (ts, thread) in enumerate(zip(calls.ts, calls.thread, strict=True)):
         found = index.get(thread if per_thread else None)
         if found is None:
             continue

@@ -52,15 +52,15 @@ def analyze_ranks(traces: list[Trace], stage_results: list[dict]) -> dict:
     ranks = [rank_figures(t) for t in traces]
     keys = [r["rank"] if r["rank"] is not None else i for i, r in enumerate(ranks)]
     skew = {
-        "compute_total_us": _skew({k: r["compute"]["total_us"] for k, r in zip(keys, ranks)}),
-        "communication_total_us": _skew({k: r["communication"]["total_us"] for k, r in zip(keys, ranks)}),
-        "denoise_gpu_us": _skew({k: r["denoise_gpu_us"] for k, r in zip(keys, ranks)}),
+        "compute_total_us": _skew({k: r["compute"]["total_us"] for k, r in zip(keys, ranks, strict=True)}),
+        "communication_total_us": _skew({k: r["communication"]["total_us"] for k, r in zip(keys, ranks, strict=True)}),
+        "denoise_gpu_us": _skew({k: r["denoise_gpu_us"] for k, r in zip(keys, ranks, strict=True)}),
     }
     per_step = []
     labels = [s["label"] for s in stage_results[0]["steps"]]
     for label in labels:
         values = {}
-        for k, result in zip(keys, stage_results):
+        for k, result in zip(keys, stage_results, strict=True):
             match = [s for s in result["steps"] if s["label"] == label]
             values[k] = match[0]["gpu_us"] if match else None
         per_step.append({"label": label, "gpu_us": {str(k): v for k, v in values.items()}, "skew": _skew(values)})

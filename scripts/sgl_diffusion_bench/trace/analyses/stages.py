@@ -62,7 +62,7 @@ def _bucketed(trace: Trace, key_of_call) -> dict:
         bucket.graph_launches += is_graph[c]
     dev = trace.device
     key_cache: dict = {}
-    for kind, c, ts, dur in zip(dev.kind, trace.device_call, dev.ts, dev.dur):
+    for kind, c, ts, dur in zip(dev.kind, trace.device_call, dev.ts, dev.dur, strict=True):
         if kind != KERNEL:
             continue
         key = key_cache.get(c, key_cache)
@@ -129,7 +129,7 @@ def _denoise_summary(trace: Trace, denoise: int, stages: dict, steps: list[dict]
             totals["cpu_us"] += steps[j]["cpu_us"]
         per_step = {k: round(v / len(full), 3) for k, v in totals.items()}
     dev = trace.device
-    intervals = [(ts, ts + dur) for kind, stage, ts, dur in zip(dev.kind, trace.device_stages, dev.ts, dev.dur)
+    intervals = [(ts, ts + dur) for kind, stage, ts, dur in zip(dev.kind, trace.device_stages, dev.ts, dev.dur, strict=True)
                  if kind == KERNEL and stage == denoise]
     span = (max(e for _, e in intervals) - min(s for s, _ in intervals)) if intervals else 0.0
     busy = stages[name]["gpu_us"]
