@@ -19,4 +19,5 @@ _ = get_device_properties, including_emulation, get_local_torch_device, get_attn
 _ = dtype, head_size, selected_backend, get_torch_distributed_backend_str, parallel_state, __loader__
 # In code other work is changing now (trace/ per-step figures, the new inputs module); re-check when it lands.
 _ = device_step, load_json
-_ = created_at, artifacts, cleanup, other_files  # cell.Cell, cell.Report: bench-report.v1 properties, serialised through dataclasses.fields
+# cell.Cell, cell.Report: bench-report.v1 properties, serialised through dataclasses.fields
+_ = created_at, artifacts, cleanup, other_files

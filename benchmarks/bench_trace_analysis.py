@@ -5,8 +5,8 @@ The large trace is the real H200 FLUX eager fixture replicated N times (default 
 timestamps are shifted past the previous copy and its correlation/flow/external ids offset, so kernels, launches and
 stages stay linked exactly as in the original. Each tool runs as its own process; wall time and peak RSS come from
 ``os.wait4`` (the child's own rusage). The trace is built in a separate process, so this small parent is what the
-children fork from and their peak RSS is theirs alone. Both report kernel totals, which must agree: counts exactly, device time up to
-HTA's rounding of each event to whole microseconds.
+children fork from and their peak RSS is theirs alone. Both report kernel totals, which must agree: counts exactly,
+device time up to HTA's rounding of each event to whole microseconds.
 
 HTA lives in its own virtualenv outside the repo (see requirements/bench-trace.txt):
     python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install -r requirements/bench-trace.txt
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO / "tests" / "fixtures" / "traces-h200" / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
+DEFAULT_SOURCE = (REPO / "tests" / "fixtures" / "traces-h200"
+                  / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz")
 HTA_SCRIPT = """
 import json, sys
 from hta.trace_analysis import TraceAnalysis
@@ -91,7 +92,8 @@ def run_measured(cmd: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--copies", type=int, default=6)
     parser.add_argument("--build-to", type=Path, help=argparse.SUPPRESS)  # internal: build the trace and exit

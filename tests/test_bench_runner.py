@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_script
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, media, presets
+from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, media,
+                                 presets)
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 MARKERS = log_markers.markers_for_version("0.5.10.post1")

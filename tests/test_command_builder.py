@@ -15,7 +15,8 @@ import pytest
 
 from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
 from conftest import HF_TOKEN_CANARY, run_script
-from sgl_diffusion_bench import assets, command_builder as cb, contract, engine_probe, engine_process, presets, tiny_model
+from sgl_diffusion_bench import assets, contract, engine_probe, engine_process, presets, tiny_model
+from sgl_diffusion_bench import command_builder as cb
 
 RECENT = engine_probe.recent_engine_capabilities()
 CLI = ("sglang", "generate")

@@ -139,7 +139,7 @@ def test_the_options_reference_says_what_every_option_does():
 
 def test_generated_tables_match_the_data():
     stale = doc_tables.sync_docs(REPO, write=False)
-    assert stale == {}, f"regenerate with: PYTHONPATH=scripts python3 -m sgl_diffusion_bench.doc_tables --write ({stale})"
+    assert stale == {}, f"regenerate: PYTHONPATH=scripts python3 -m sgl_diffusion_bench.doc_tables --write ({stale})"
     text = "".join(d.read_text() for d in SKILL_DOCS)
     for name in doc_tables.RENDERERS:
         assert f"<!-- BEGIN GENERATED: {name} -->" in text, f"no generated block {name} in the docs"
@@ -242,7 +242,8 @@ def test_documented_commands_run(doc, mode, placeholders, body, tmp_path, doc_ca
     before = _untracked()
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=900)
-    assert proc.returncode == 0, f"{doc.name} block failed ({proc.returncode}):\n{body}\n--- stderr ---\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, \
+        f"{doc.name} block failed ({proc.returncode}):\n{body}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert HF_TOKEN_CANARY not in proc.stdout + proc.stderr
     assert _untracked() == before, "a documented command wrote files into the checkout"
     if block_probe.exists() and not probe_cache.exists():

@@ -18,7 +18,8 @@ from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = [pytest.mark.engine, expects(OLDER_RELEASE)]  # 0.5.23: tests/test_engine_cpu_0523.py
 
-_spec = importlib.util.spec_from_file_location("engine_fixture_record", TEST_FIXTURES / "engine-cpu-0.5.10" / "record.py")
+_spec = importlib.util.spec_from_file_location("engine_fixture_record",
+                                               TEST_FIXTURES / "engine-cpu-0.5.10" / "record.py")
 record = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(record)
 

@@ -135,7 +135,8 @@ def _fake_package(tmp_path, profiler_text):
 
 
 def test_static_parser_reads_literal_options_and_choices(tmp_path):
-    pkg = _fake_package(tmp_path, 'os.getenv("SGLANG_DIFFUSION_TORCH_PROFILER_DIR") or os.getenv("SGLANG_TORCH_PROFILER_DIR")')
+    pkg = _fake_package(tmp_path,
+                        'os.getenv("SGLANG_DIFFUSION_TORCH_PROFILER_DIR") or os.getenv("SGLANG_TORCH_PROFILER_DIR")')
     caps = engine_probe.capabilities_from_actions(engine_sources.static_parser_actions(pkg), version="9.9",
                                                   package_dir=pkg, method="static_source")
     assert caps.flags == {"--perf-dump-path", "--warmup-mode", "--quality", "--enable-breakable-cuda-graph", "--seed"}

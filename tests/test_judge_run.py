@@ -50,7 +50,8 @@ def test_intent_and_media_kinds_are_applied(tmp_path):
     out = _png(tmp_path)
     gif = tmp_path / "extra.gif"
     Image.new("RGB", (8, 8)).save(gif)
-    doc = _judge("native-ok", tmp_path, "--output", str(out), "--output", str(gif), "--preset", "tiny-flux-cpu").document
+    doc = _judge("native-ok", tmp_path, "--output", str(out), "--output", str(gif), "--preset",
+                 "tiny-flux-cpu").document
     assert doc["intent"]["task"] == "t2i" and doc["other_files"] == [str(gif)] and len(doc["outputs"]) == 1
     bcg = _judge("native-ok", tmp_path, "--output", str(out), "--bcg").document
     assert bcg["status"] == "invalid" and any(r.startswith("bcg.") for r in bcg["reasons"]), bcg["reasons"]

@@ -159,7 +159,8 @@ def test_interrupted_cleanup_is_recorded_then_rerun_finishes(tmp_path, seed):
 
     ledger = tmp_path / "l.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "interrupted", ledger, remove=interrupt_midway)
+        model_cache.cleanup_child_cache(tmp_path / "root", prepared.child, "interrupted", ledger,
+                                        remove=interrupt_midway)
     started, first = (json.loads(line) for line in ledger.read_text().splitlines())
     assert started["phase"] == "started" and started["cleanup_id"] == first["cleanup_id"] and not started["ok"]
     assert first["deletion"]["interrupted"] and not first["ok"] and first["residual"]["child_present"]

@@ -111,7 +111,8 @@ def test_cleanup_that_leaves_residue_exits_1(tmp_path, capsys):
                                               "--ledger", str(tmp_path / "l.jsonl"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["ok"] is False and contract.validation_errors(doc) == []
-    assert doc["entry"]["after"]["total_bytes"] == 7 + prepared.manifest_path.stat().st_size and doc["entry"]["residual"]["child_present"]
+    assert doc["entry"]["after"]["total_bytes"] == 7 + prepared.manifest_path.stat().st_size
+    assert doc["entry"]["residual"]["child_present"]
     run = run_script("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "l.jsonl"), "--json")
     assert run.returncode == 1 and run.document["residue_count"] == 1
 

@@ -106,7 +106,8 @@ def test_mp4_frames_and_frame_count_mismatch(tmp_path):
 
 
 def example_cells():
-    return [Cell.from_json(c) for c in json.loads((TEST_FIXTURES / "bench-report" / "example.json").read_text())["cells"]]
+    document = json.loads((TEST_FIXTURES / "bench-report" / "example.json").read_text())
+    return [Cell.from_json(c) for c in document["cells"]]
 
 
 def test_byte_identity_groups_cells_by_hash():

@@ -68,7 +68,8 @@ def test_gpus_must_be_idle_and_unleased():
 def test_the_dry_run_of_a_preset_that_cannot_run_here_says_so():
     here = run_script("bench_diffusion_denoise", "--model", "wan-ti2v", "--dry-run", "--json")
     assert here.returncode == 3 and not here.document["ok"]
-    assert here.document["refusals"][0]["code"] == "gpu.none" and "check_readiness" in here.document["refusals"][0]["hint"]
+    refusal = here.document["refusals"][0]
+    assert refusal["code"] == "gpu.none" and "check_readiness" in refusal["hint"]
     elsewhere = run_script("bench_diffusion_denoise", "--model", "wan-ti2v", "--dry-run", "--engine-capabilities",
                            "recent", "--json")
     assert elsewhere.returncode == 0 and elsewhere.document["ok"]  # a plan for another machine

@@ -87,8 +87,8 @@ BENCH = ["--model", "tiny-flux-cpu", "--campaign", "aa", "--engine-capabilities"
 NUMERIC_FLAGS = [
     ("bench", BENCH, "--rounds"), ("bench", BENCH, "--threshold-pct"), ("bench", BENCH, "--cell-timeout-s"),
     ("bench", BENCH, "--warmup-requests"), ("bench", BENCH, "--samples"),
-    ("bench", [*BENCH, "--until-verdict"], "--budget-rounds"), ("bench", ["--all", "--engine-capabilities", "recent", "--dry-run",
-                                                       "--json"], "--max-gpus"),
+    ("bench", [*BENCH, "--until-verdict"], "--budget-rounds"),
+    ("bench", ["--all", "--engine-capabilities", "recent", "--dry-run", "--json"], "--max-gpus"),
     ("compare", [str(PERF), str(PERF_OTHER), "--json"], "--threshold-pct"),
     ("compare", [str(PERF), str(PERF_OTHER), "--json"], "--seed"),
     ("trace", ["hotspots", str(SAMPLE_TRACE), "--json"], "--top"),

@@ -43,4 +43,5 @@ def test_reproduce_names_secrets_never_values():
     assert env_set == {"A": "2"} and unset == ["GONE"]
     command = run_record.reproduce_command(["sglang", "generate"], env_set, {"HUGGINGFACE_HUB_TOKEN": "HF_TOKEN"},
                                            unset)
-    assert "s3cret" not in command and command.startswith("env \\\n  -u GONE") and 'HUGGINGFACE_HUB_TOKEN="$HF_TOKEN"' in command
+    assert "s3cret" not in command and command.startswith("env \\\n  -u GONE")
+    assert 'HUGGINGFACE_HUB_TOKEN="$HF_TOKEN"' in command

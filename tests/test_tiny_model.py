@@ -59,4 +59,5 @@ def test_default_cache_dir_is_overridable(monkeypatch, tmp_path):
     assert tiny_model.default_cache_dir() == tmp_path
     monkeypatch.delenv(tiny_model.CACHE_ENV)
     monkeypatch.setenv("SGLANG_DIFFUSION_SKILL_WORKDIR", str(tmp_path / "work"))
-    assert tiny_model.default_cache_dir() == tmp_path / "work" / ".cache" / "tiny-models" / tiny_model.transformers_tag()
+    expected = tmp_path / "work" / ".cache" / "tiny-models" / tiny_model.transformers_tag()
+    assert tiny_model.default_cache_dir() == expected

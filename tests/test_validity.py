@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, presets, quality, report,
-                                 stats, validity)
+from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers,
+                                 presets, quality, report, stats, validity)
 from sgl_diffusion_bench.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"

@@ -49,7 +49,8 @@ def test_effective_settings_and_warmups_from_a_real_0510_log():
 @pytest.mark.parametrize("argv, expected", [
     (["--enable-breakable-cuda-graph"], True), (["--enable-breakable-cuda-graph", "--x"], True),
     (["--enable-breakable-cuda-graph=false"], False), (["--enable-breakable-cuda-graph", "false"], False),
-    (["--enable-breakable-cuda-graph", "--enable-breakable-cuda-graph=0"], False), (["--warmup-mode", "server"], False)])
+    (["--enable-breakable-cuda-graph", "--enable-breakable-cuda-graph=0"], False),
+    (["--warmup-mode", "server"], False)])
 def test_requests_bcg_reads_the_flag_as_the_engine_would(argv, expected):
     assert engine_args.requests_bcg(argv) is expected
 

@@ -89,7 +89,8 @@ def read_lock(assets_dir: Path) -> dict[str, dict[str, str]]:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise contract.InputError("input.assets_lock_unreadable", f"cannot read {path}: {exc}",
-                                  f"fix or remove {path} (hashes recorded there are re-learned on the next fetch)") from exc
+                                  f"fix or remove {path} (hashes recorded there are re-learned on the next "
+                                  "fetch)") from exc
     contract.validate_input(document, LOCK_SCHEMA_ID, str(path))
     return document["assets"]
 

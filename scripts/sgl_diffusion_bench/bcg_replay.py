@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import (bench_runner, command_builder, contract, engine_process, fileio, gpu, log_gates, log_markers, warm_engine,
-               warm_grouping)
+from . import (bench_runner, command_builder, contract, engine_process, fileio, gpu, log_gates, log_markers,
+               warm_engine, warm_grouping)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 

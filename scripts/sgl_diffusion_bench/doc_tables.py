@@ -2,7 +2,8 @@
 
 A generated block sits between ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``; its
 renderer is a function ``(*args) -> str`` named in ``RENDERERS`` as ``module:function[:arg]``.
-``python3 -m sgl_diffusion_bench.doc_tables --write`` rewrites the blocks; ``--check`` (run by the tests) fails when any block differs from the data.
+``python3 -m sgl_diffusion_bench.doc_tables --write`` rewrites the blocks; ``--check`` (run by the tests) fails when
+any block differs from the data.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ RENDERERS = {
 }
 DOCS = ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "reference/presets.md",
         "reference/troubleshooting.md", "reference/options.md")
-BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
-                   re.S)
+BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)"
+                   r"(<!-- END GENERATED: (?P=name) -->)", re.S)
 
 
 def render(name: str) -> str:

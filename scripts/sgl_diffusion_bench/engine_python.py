@@ -20,7 +20,8 @@ from . import contract
 ENV_VAR = "DIFFUSION_BENCH_ENGINE_PYTHON"
 QUERY_TIMEOUT_S = 60
 # Import name -> distribution to install, where they differ (the modules a broken engine install misses most).
-MODULE_DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "imageio_ffmpeg": "imageio-ffmpeg", "cv2": "opencv-python-headless",
+MODULE_DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "imageio_ffmpeg": "imageio-ffmpeg",
+                        "cv2": "opencv-python-headless",
                         "PIL": "pillow", "yaml": "pyyaml", "zmq": "pyzmq", "sklearn": "scikit-learn",
                         "skimage": "scikit-image", "dateutil": "python-dateutil", "cache_dit": "cache-dit",
                         "compressed_tensors": "compressed-tensors", "partial_json_parser": "partial-json-parser"}

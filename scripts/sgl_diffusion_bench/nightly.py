@@ -38,7 +38,8 @@ def load_config(path: Path) -> dict[str, Any]:
         document = inputs.load_json(path, "input.nightly_config_unreadable")
     except contract.InputError as exc:
         raise contract.InputError("input.nightly_config_unreadable", f"cannot read nightly config {path}: "
-                                  f"{exc.message}", "pass the comparison_configs.json from the sglang checkout") from None
+                                  f"{exc.message}",
+                                  "pass the comparison_configs.json from the sglang checkout") from None
     cases = document.get("cases") if isinstance(document, dict) else None
     if not isinstance(cases, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in cases):
         raise contract.InputError("input.nightly_config_invalid",

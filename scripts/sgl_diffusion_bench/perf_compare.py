@@ -131,8 +131,8 @@ def _pct(value: float | None) -> str:
 MARKS = {"faster": "faster", "slower": "slower", "same": "same", None: ""}  # one vocabulary, every table
 MARK_LEGEND = ("Marks (every table, one rule per kind): E2E, Denoise and the denoise stages move when they change by "
                f"more than {E2E_MARK_PCT:g} %; other stages and steps when by more than both "
-               f"{STAGE_MARK_FRACTION * 100:g} % and {STAGE_MARK_MS:g} ms. Marks are single-sample indications, not significance; the "
-               "verdict comes from the statistics.")
+               f"{STAGE_MARK_FRACTION * 100:g} % and {STAGE_MARK_MS:g} ms. Marks are single-sample indications, "
+               "not significance; the verdict comes from the statistics.")
 
 
 def render_markdown(payload: Mapping[str, Any]) -> str:
@@ -149,7 +149,8 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
                   f"Candidate ({cmp['n_candidate']}): " + ", ".join(f"`{p}`" for p in cand_paths), ""]
         kind = "mean " if max(cmp["n_baseline"], cmp["n_candidate"]) > 1 else ""
         lines += ["### 1. High-level summary", "",
-                  f"| Metric | Baseline {kind}| Candidate {kind}| Diff | Change | Mark |", "|---|---:|---:|---:|---:|---|"]
+                  f"| Metric | Baseline {kind}| Candidate {kind}| Diff | Change | Mark |",
+                  "|---|---:|---:|---:|---:|---|"]
         for label, key, scale, unit in (("E2E", "e2e_ms", 1000, "s"), ("Denoise", "denoise_ms", 1000, "s"),
                                         ("Step 0", "step0_ms", 1, "ms"),
                                         ("Steady step (mean of steps >= 1)", "steady_step_mean_ms", 1, "ms")):

@@ -220,7 +220,8 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         try:
             value: Any = float(text) if kind == "float" else int(text) if kind == "int" else text
         except ValueError:
-            raise contract.UsageError("usage.bad_override", f"--override {name} needs {'an integer' if kind == 'int' else 'a number'}"
+            raise contract.UsageError("usage.bad_override",
+                                      f"--override {name} needs {'an integer' if kind == 'int' else 'a number'}"
                                       f", got {text!r}", f"e.g. --override {name}=28") from None
         if value == "" or (kind != "str" and (value < 0 if name == "seed" else value <= 0)):
             raise contract.UsageError("usage.bad_override", f"--override {name}={text} is out of range",

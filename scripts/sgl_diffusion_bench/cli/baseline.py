@@ -14,7 +14,8 @@ from . import _runner
 
 TOOL = "compare_engine_baseline"
 EPILOG = """examples:
-  python3 scripts/compare_engine_baseline.py --report <run>.bench-report.json --arm eager --scenario flux_image_t2i --json
+  python3 scripts/compare_engine_baseline.py --report <run>.bench-report.json --arm eager \\
+      --scenario flux_image_t2i --json
   python3 scripts/compare_engine_baseline.py --perf-dump a.json b.json --gpu-class h100 --scenario qwen_image_t2i --json
 
 """ + _runner.EXIT_CODES_EPILOG
@@ -101,7 +102,8 @@ def render(doc: dict[str, Any]) -> str:
 
 def self_tests() -> list[selftest.Check]:
     def bound() -> str:
-        if engine_baselines.upper_bound(100.0, 0.25, 20.0) != 125.0 or engine_baselines.upper_bound(10.0, 0.25, 20.0) != 30.0:
+        bounds = engine_baselines.upper_bound(100.0, 0.25, 20.0), engine_baselines.upper_bound(10.0, 0.25, 20.0)
+        if bounds != (125.0, 30.0):
             raise AssertionError("upper bound differs from the engine's calculate_upper_bound")
         return "the engine's bound: max(expected * (1 + tol), expected + min_abs)"
 

@@ -16,7 +16,8 @@ TOOL = "cleanup_model_cache"
 EPILOG = """examples:
   python3 scripts/cleanup_model_cache.py prepare --root /data/bench-cache --model black-forest-labs/FLUX.1-dev \\
       --label baseline --seed-cache ~/.cache/huggingface --preflight --json
-  python3 scripts/cleanup_model_cache.py cleanup --root /data/bench-cache --child black-forest-labs_FLUX.1-dev-baseline \\
+  python3 scripts/cleanup_model_cache.py cleanup --root /data/bench-cache \\
+      --child black-forest-labs_FLUX.1-dev-baseline \\
       --reason success --ledger outputs/cleanup.jsonl --json
   python3 scripts/cleanup_model_cache.py verify --ledger outputs/cleanup.jsonl --json
 
@@ -85,8 +86,9 @@ def _preflight(args: argparse.Namespace) -> _runner.Result:
     result = model_cache.disk_preflight(args.model, args.revision, args.cache_dir, args.seed_cache,
                                         headroom_bytes=args.headroom_bytes, hub_timeout_s=args.hub_timeout_s)
     doc = contract.envelope("cache-preflight.v1", TOOL, preflight=result)
+    notes = "".join(f"\n  {n}" for n in result["notes"])
     return _runner.Result(doc, f"{args.model}: {result['outcome']} (to download: {result['to_download_bytes']} "
-                               f"bytes, free: {result['free_bytes']} bytes)" + "".join(f"\n  {n}" for n in result["notes"]))
+                               f"bytes, free: {result['free_bytes']} bytes){notes}")
 
 
 def _cleanup(args: argparse.Namespace, remove: model_cache.Remover) -> _runner.Result:
@@ -95,7 +97,8 @@ def _cleanup(args: argparse.Namespace, remove: model_cache.Remover) -> _runner.R
         doc = contract.envelope("cache-cleanup.v1", TOOL, dry_run=True, root=str(plan.root), child=str(plan.child),
                                 ledger=args.ledger, plan=plan.as_dict(), entry=None)
         return _runner.Result(doc, f"would remove {plan.child}: {plan.before['file_count']} files, "
-                                   f"{plan.before['weight_file_count']} weight files, {plan.before['total_bytes']} bytes")
+                                   f"{plan.before['weight_file_count']} weight files, "
+                                   f"{plan.before['total_bytes']} bytes")
     if not args.ledger:
         raise contract.UsageError("usage.ledger_required", "cleanup needs --ledger FILE (or --dry-run)",
                                   "pass --ledger outputs/cleanup.jsonl")
@@ -126,7 +129,8 @@ def render_entry(entry: dict, ledger: str) -> str:
 
 def _verify(args: argparse.Namespace) -> _runner.Result:
     result = model_cache.verify_ledger(args.ledger)
-    doc = contract.envelope("cache-verify.v1", TOOL, ok=result["residue_count"] == 0, ledger=str(Path(args.ledger).resolve()), **result)
+    doc = contract.envelope("cache-verify.v1", TOOL, ok=result["residue_count"] == 0,
+                            ledger=str(Path(args.ledger).resolve()), **result)
     lines = [f"line {e['line']}: {e['cache_dir']} {e['status']} (recorded ok={e['recorded_ok']})"
              for e in result["entries"]]
     return _runner.Result(doc, "\n".join(lines + [f"{result['residue_count']} with residue"]))

@@ -36,7 +36,8 @@ def build_parser() -> _runner.Parser:
     parser.add_argument("--candidate", nargs="+", default=[], metavar="DUMP", help="candidate group of perf dumps")
     parser.add_argument("--memory-kind", choices=perf_dump.MEMORY_KINDS, default="device",
                         help="what the dumps' memory figures are: device memory, or process RSS (CPU adapter)")
-    parser.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=stats.DEFAULT_THRESHOLD_PCT,
+    parser.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True),
+                        default=stats.DEFAULT_THRESHOLD_PCT,
                         help="smallest change (%%) the verdict may call improved/regressed (default %(default)s)")
     parser.add_argument("--primary-metric", choices=stats.METRICS, default="e2e_ms",
                         help="the metric the verdict is stated on")
@@ -44,7 +45,8 @@ def build_parser() -> _runner.Parser:
                         help="leave stage-attributed e2e outliers out of the statistics (they are listed)")
     parser.add_argument("--resamples", type=_runner.bounded_int(1, 1_000_000), default=stats.DEFAULT_RESAMPLES,
                         help="bootstrap resamples (at least 100)")
-    parser.add_argument("--seed", type=_runner.bounded_int(0, 2**32 - 1), default=stats.DEFAULT_SEED, help="bootstrap seed (deterministic)")
+    parser.add_argument("--seed", type=_runner.bounded_int(0, 2**32 - 1), default=stats.DEFAULT_SEED,
+                        help="bootstrap seed (deterministic)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the Markdown rendering to FILE")
     return parser
 
@@ -52,7 +54,8 @@ def build_parser() -> _runner.Parser:
 def handle(args: argparse.Namespace) -> _runner.Result:
     if args.files and (args.baseline or args.candidate):
         raise contract.UsageError("usage.conflicting_inputs", "give positional dumps or --baseline/--candidate, "
-                                  "not both", f"{TOOL} A.json B.json  or  {TOOL} --baseline A*.json --candidate B*.json")
+                                  "not both",
+                                  f"{TOOL} A.json B.json  or  {TOOL} --baseline A*.json --candidate B*.json")
     if bool(args.baseline) != bool(args.candidate):
         raise contract.UsageError("usage.missing_group", "--baseline and --candidate go together",
                                   "give at least one dump to each")

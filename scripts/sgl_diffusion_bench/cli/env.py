@@ -37,7 +37,8 @@ def build_parser() -> _runner.Parser:
                            ("lease", "hold idle GPUs exclusively while COMMAND runs")):
         p = sub.add_parser(name, parents=[parent], help=helptext)
         p.add_argument("--count", type=_runner.bounded_int(1, 1024), default=1, help="how many idle GPUs")
-        p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=3, help="idle in every one of this many NVML readings")
+        p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=3,
+                       help="idle in every one of this many NVML readings")
         p.add_argument("--max-memory-mib", type=_runner.bounded_int(0, 1 << 31), default=gpu.IDLE_MAX_MEMORY_MIB,
                        help="most memory in use that still counts as idle (loosen only deliberately)")
         p.add_argument("--max-util-pct", type=_runner.bounded_int(0, 100), default=gpu.IDLE_MAX_UTILIZATION_PCT,
@@ -60,7 +61,8 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if command is None:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     if command == "inspect":
-        doc = env.inspect(engine_python=engine_python.resolve(args.engine_python), check_engine=not args.no_engine_check)
+        doc = env.inspect(engine_python=engine_python.resolve(args.engine_python),
+                          check_engine=not args.no_engine_check)
         return _runner.Result(doc, render_inspect(doc))
     if command == "print-root":
         root, _ = env.repo_root()

@@ -15,7 +15,8 @@ from . import _runner
 TOOL = "judge_run"
 EPILOG = """examples:
   python3 scripts/judge_run.py --log engine.log --perf-dump perf.json --output out.png --json
-  python3 scripts/judge_run.py --log bcg.log --perf-dump bcg.json --output bcg.mp4 --bcg --quality lossless --task t2v --json
+  python3 scripts/judge_run.py --log bcg.log --perf-dump bcg.json --output bcg.mp4 --bcg --quality lossless \\
+      --task t2v --json
 
 """ + _runner.EXIT_CODES_EPILOG
 

@@ -34,7 +34,8 @@ EPILOG = """examples:
 
 def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
-    parser.add_argument("--model", default="tiny-flux-cpu", help="preset (see bench_diffusion_denoise.py --list-models)")
+    parser.add_argument("--model", default="tiny-flux-cpu",
+                        help="preset (see bench_diffusion_denoise.py --list-models)")
     parser.add_argument("--model-path", help="profile the preset's request on this local pipeline directory")
     parser.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
                         help="replace a preset request field (repeatable), as in bench_diffusion_denoise.py")
@@ -75,7 +76,8 @@ def profile_invocation(args: argparse.Namespace, preset: presets.Preset, caps, *
                                          warmup=not args.no_warmup, breakable_cuda_graph=args.breakable_cuda_graph,
                                          extra_args=(*extra, *profile_flags, *bench_runner.port_args_for(caps)))
     invocation = command_builder.build_invocation(
-        preset, options, caps, sglang_cli=[*engine_process.sglang_cli(caps.python), "generate"], output_root=output_root,
+        preset, options, caps, sglang_cli=[*engine_process.sglang_cli(caps.python), "generate"],
+        output_root=output_root,
         assets_dir=env.assets_dir(), caller_env=dict(os.environ),
         model_path=str(model_path) if model_path else None,
         asset_filenames={a.id: a.filename for a in assets.load_manifest()})

@@ -33,18 +33,22 @@ def build_parser() -> _runner.Parser:
     parent = _runner.json_flag_parent()
     p = sub.add_parser("hotspots", parents=[parent], help="kernels, launches, stages and steps of one or more traces")
     p.add_argument("traces", nargs="+", metavar="TRACE", help=".json or .json.gz Chrome trace; several = ranks")
-    p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=30, help="kernels/CPU ops shown on stdout (default 30)")
+    p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=30,
+                   help="kernels/CPU ops shown on stdout (default 30)")
     p.add_argument("--output", help="write the full, unbounded document (every kernel) to this file")
     p = sub.add_parser("compare", parents=[parent], help="two traces (e.g. eager vs graph) as the PR profile table")
     p.add_argument("trace_a", metavar="A", help="the baseline trace (e.g. eager)")
     p.add_argument("trace_b", metavar="B", help="the candidate trace of the same request (e.g. graph replay)")
     p.add_argument("--label-a", default="A", help="A's name in the tables")
     p.add_argument("--label-b", default="B", help="B's name in the tables")
-    p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=15, help="changed kernels listed (default 15)")
+    p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=15,
+                   help="changed kernels listed (default 15)")
     p.add_argument("--markdown", help="also write the Markdown table to this file")
-    p = sub.add_parser("classify", parents=[parent], help="label hot kernels and unfused chains with fast-path families")
+    p = sub.add_parser("classify", parents=[parent],
+                       help="label hot kernels and unfused chains with fast-path families")
     p.add_argument("trace", metavar="TRACE", help=".json or .json.gz Chrome trace")
-    p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=20, help="hot kernels classified (default 20)")
+    p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=20,
+                   help="hot kernels classified (default 20)")
     return parser
 
 

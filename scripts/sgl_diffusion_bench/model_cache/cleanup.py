@@ -312,8 +312,10 @@ def rescan_residual(plan: CleanupPlan, locations: list[str] | None = None) -> tu
         "child_present": child_present, "child_listed_in_root": plan.child.name in listed,
         "root_entry_count": len(listed), "former_entries_checked": len(plan.entries),
         "former_entries_present": len(present), "present_paths": present[:RESIDUAL_SAMPLE_LIMIT],
-        "outside_targets_checked": len(plan.outside_targets), "outside_targets_changed": changed[:RESIDUAL_SAMPLE_LIMIT],
-        "deletion_directories_checked": len(locations or []), "deletions_outside_child": escaped[:RESIDUAL_SAMPLE_LIMIT],
+        "outside_targets_checked": len(plan.outside_targets),
+        "outside_targets_changed": changed[:RESIDUAL_SAMPLE_LIMIT],
+        "deletion_directories_checked": len(locations or []),
+        "deletions_outside_child": escaped[:RESIDUAL_SAMPLE_LIMIT],
     }
     residual["clean"] = not (child_present or residual["child_listed_in_root"] or present or changed or escaped)
     return residual, after

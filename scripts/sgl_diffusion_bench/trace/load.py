@@ -66,18 +66,21 @@ def read_trace_bytes(path: Path) -> bytes:
         raw = inputs.read_bytes(path, "input.trace_unreadable", gunzip=False)  # a FIFO is refused, never read
     except FileNotFoundError as exc:
         raise InputError("input.trace_not_found", f"trace file not found: {path}",
-                         "pass the *.trace.json.gz the profiler wrote (its path is printed at the end of the run)") from exc
+                         "pass the *.trace.json.gz the profiler wrote (its path is printed at the end of the "
+                         "run)") from exc
     except IsADirectoryError as exc:
         raise InputError("input.trace_is_directory", f"{path} is a directory, not a trace file",
                          "pass the trace file itself, e.g. <dir>/*.trace.json.gz") from exc
     except OSError as exc:
-        raise InputError("input.trace_unreadable", f"cannot read {path}: {exc}", "check the path and permissions") from exc
+        raise InputError("input.trace_unreadable", f"cannot read {path}: {exc}",
+                         "check the path and permissions") from exc
     if raw[:2] == GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
             raise InputError("input.trace_truncated", f"{path}: gzip stream is truncated or corrupt ({exc})",
-                             "the profiler may still have been writing it; re-copy the file or re-run the profile") from exc
+                             "the profiler may still have been writing it; re-copy the file or re-run the "
+                             "profile") from exc
     if not raw.strip():
         raise InputError("input.trace_empty", f"{path} is empty",
                          "the profiler wrote nothing; re-run the profile and wait for 'Saved profiler traces'")

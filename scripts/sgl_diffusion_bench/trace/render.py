@@ -36,17 +36,20 @@ def render_compare_markdown(result: dict) -> str:
 def render_hotspots_text(body: dict, top: int = 10) -> str:
     info = body["trace"]
     lines = [f"{info['path']}: {body['kernels_total']['count']:,} kernels, "
-             f"{body['kernels_total']['total_us'] / 1000:,.3f} ms device time; {body['host_launches']:,} host launches, "
+             f"{body['kernels_total']['total_us'] / 1000:,.3f} ms device time; "
+             f"{body['host_launches']:,} host launches, "
              f"{body['graph_launches']} graph launches (stages from {info['stage_source']})"]
     for row in body["kernels"][:top]:
-        lines.append(f"  {row['total_us'] / 1000:10.3f} ms {row['share'] * 100:5.1f}% x{row['count']:<6} {_short(row['name'], 80)}")
+        lines.append(f"  {row['total_us'] / 1000:10.3f} ms {row['share'] * 100:5.1f}% x{row['count']:<6} "
+                     f"{_short(row['name'], 80)}")
     for name, s in body["stages"].items():
         lines.append(f"  stage {name}: GPU {s['gpu_us'] / 1000:.3f} ms, {s['kernels']} kernels, "
                      f"{s['host_launches']} launches, CPU {s['cpu_us'] / 1000:.3f} ms")
     d = body["denoise"]
     if d and d["per_step"]:
         p = d["per_step"]
-        lines.append(f"  per denoise step ({d['steps']} steps): GPU {p['gpu_us'] / 1000:.3f} ms, {p['kernels']:.0f} kernels, "
+        lines.append(f"  per denoise step ({d['steps']} steps): GPU {p['gpu_us'] / 1000:.3f} ms, "
+                     f"{p['kernels']:.0f} kernels, "
                      f"{p['host_launches']:.0f} launches; device idle in denoise {d['idle_share'] * 100:.1f}%")
     return "\n".join(lines)
 

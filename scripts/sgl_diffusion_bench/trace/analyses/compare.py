@@ -48,7 +48,8 @@ def scope_figures(trace: Trace, use_denoise: bool) -> dict:
         "gpu_busy_ms_per_step": round(per_step["gpu_us"] / 1000, 3) if per_step and stage >= 0 else None,
         "gpu_kernel_time_ms": round(sum(dev.dur[i] for i in rows) / 1000, 3),
         "gpu_busy_ms": round(sum(e - s for s, e in union_intervals(intervals)) / 1000, 3),
-        "cpu_stage_ms": round(sum(e - s for s, e in union_intervals(cpu_intervals)) / 1000, 3) if cpu_intervals else None,
+        "cpu_stage_ms": (round(sum(e - s for s, e in union_intervals(cpu_intervals)) / 1000, 3)
+                         if cpu_intervals else None),
     }
     return {"scope": trace.stages[stage].name if stage >= 0 else "whole_trace", "steps": steps,
             "figures": figures, "kernels": analyze_kernels(trace, rows)}

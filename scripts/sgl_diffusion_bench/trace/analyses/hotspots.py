@@ -23,7 +23,8 @@ def kernel_rows(trace: Trace, kind: int = KERNEL, stage: int | None = None) -> l
     """Indices of device ops of one kind, optionally only those launched inside stage ``stage``."""
     if stage is None:
         return [i for i, k in enumerate(trace.device.kind) if k == kind]
-    return [i for i, (k, s) in enumerate(zip(trace.device.kind, trace.device_stages, strict=True)) if k == kind and s == stage]
+    pairs = zip(trace.device.kind, trace.device_stages, strict=True)
+    return [i for i, (k, s) in enumerate(pairs) if k == kind and s == stage]
 
 
 def analyze_kernels(trace: Trace, rows: list[int] | None = None) -> list[dict]:

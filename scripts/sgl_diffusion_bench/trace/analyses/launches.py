@@ -26,7 +26,8 @@ def analyze_launches(trace: Trace, rows: Iterable[int] | None = None) -> dict:
     launches = {n: c for n, c in runtime_calls.items() if KERNEL_LAUNCH_API.match(n)}
     graph = sum(c for n, c in runtime_calls.items() if GRAPH_LAUNCH_API.match(n))
     return {"launches": dict(sorted(launches.items())), "host_launches": sum(launches.values()),
-            "graph_launches": graph, "runtime_calls": dict(sorted(runtime_calls.items())), "unresolved_calls": unresolved}
+            "graph_launches": graph, "runtime_calls": dict(sorted(runtime_calls.items())),
+            "unresolved_calls": unresolved}
 
 
 def is_kernel_launch(name: str) -> bool:

@@ -44,7 +44,8 @@ def _skew(values: dict[int, float | None]) -> dict | None:
     low, high = min(present.values()), max(present.values())
     return {"min": low, "max": high, "spread_us": round(high - low, 3),
             "spread_pct": round(100 * (high - low) / high, 3) if high > 0 else 0.0,
-            "max_rank": max(present, key=lambda r: (present[r], -r)), "min_rank": min(present, key=lambda r: (present[r], r))}
+            "max_rank": max(present, key=lambda r: (present[r], -r)),
+            "min_rank": min(present, key=lambda r: (present[r], r))}
 
 
 def analyze_ranks(traces: list[Trace], stage_results: list[dict]) -> dict:

@@ -129,7 +129,8 @@ def _denoise_summary(trace: Trace, denoise: int, stages: dict, steps: list[dict]
             totals["cpu_us"] += steps[j]["cpu_us"]
         per_step = {k: round(v / len(full), 3) for k, v in totals.items()}
     dev = trace.device
-    intervals = [(ts, ts + dur) for kind, stage, ts, dur in zip(dev.kind, trace.device_stages, dev.ts, dev.dur, strict=True)
+    intervals = [(ts, ts + dur)
+                 for kind, stage, ts, dur in zip(dev.kind, trace.device_stages, dev.ts, dev.dur, strict=True)
                  if kind == KERNEL and stage == denoise]
     span = (max(e for _, e in intervals) - min(s for s, _ in intervals)) if intervals else 0.0
     busy = stages[name]["gpu_us"]

@@ -44,7 +44,8 @@ def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch
 
 def gelu_tanh_and_mul(input: torch.Tensor, out: Optional[torch.Tensor] = None,
                       enable_pdl: Optional[bool] = None) -> torch.Tensor:
-    """gelu(input[..., :d], approximate='tanh') * input[..., d:], written into ``out`` when given (0.5.23 imports it)."""
+    """gelu(input[..., :d], approximate='tanh') * input[..., d:], written into ``out`` when given (0.5.23 imports
+    it)."""
     return _gated(input, out, lambda t: F.gelu(t, approximate="tanh"))
 
 
