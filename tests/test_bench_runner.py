@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_script
+from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
 from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, media,
                                  presets)
 
@@ -119,8 +119,8 @@ def test_port_flags_only_where_the_engine_takes_them():
 
 
 def test_campaign_dry_run_lists_every_cell_with_distinct_files():
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "2",
-                     "--label", "plan", "--engine-capabilities", "recent", "--dry-run", "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "2",
+                   "--label", "plan", "--engine-capabilities", "recent", "--dry-run", "--json")
     runs = run.document["runs"]
     assert run.returncode == 0 and len(runs) == 8
     assert len({r["artifacts"]["run_dir"] for r in runs}) == 8
@@ -137,8 +137,8 @@ def test_campaign_dry_run_lists_every_cell_with_distinct_files():
     (["--campaign", "aa", "--threshold-pct", "nan"], "usage.invalid_arguments"),
 ])
 def test_bad_campaigns_are_usage_errors(args, code):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", *args, "--engine-capabilities",
-                     "recent", "--dry-run", "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", *args, "--engine-capabilities",
+                   "recent", "--dry-run", "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == code
 
 
@@ -148,8 +148,8 @@ def test_bcg_campaign_on_the_installed_engine_is_refused_before_anything_runs(tm
     import dataclasses
     no_bcg = dataclasses.replace(old, version="0.5.10.post1", flags=old.flags - {"--enable-breakable-cuda-graph"})
     caps.write_text(contract.dumps(contract.envelope("engine.v1", "test", engine=no_bcg.to_json(), cache=None)))
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "abba", "--label", "r",
-                     "--engine-capabilities", str(caps), "--output-dir", str(tmp_path / "out"), "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "abba", "--label", "r",
+                   "--engine-capabilities", str(caps), "--output-dir", str(tmp_path / "out"), "--json")
     assert run.returncode == 3 and run.document["error"]["code"] == "engine.flag_missing"
     assert "--enable-breakable-cuda-graph" in run.document["error"]["message"]
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written

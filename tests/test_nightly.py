@@ -93,7 +93,7 @@ def test_cli_passes_and_fails_with_exit_codes(tmp_path):
     changed = tmp_path / "comparison_configs.json"
     changed.write_text(json.dumps(config))
     bad = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(changed),
-                     "--json")
+                   "--json")
     assert bad.returncode == 1 and not bad.document["ok"]
     assert bad.document["problems"] == ["wan-ti2v: seed differs: preset 42 vs case 0"]
     text = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(changed))
@@ -102,11 +102,11 @@ def test_cli_passes_and_fails_with_exit_codes(tmp_path):
 
 def test_missing_or_malformed_config(tmp_path):
     missing = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config",
-                         str(tmp_path / "nope.json"), "--json")
+                       str(tmp_path / "nope.json"), "--json")
     assert missing.returncode == 3 and missing.document["error"]["code"] == "nightly.config_missing"
     assert "Missing nightly config" in missing.document["error"]["message"]
     malformed = tmp_path / "bad.json"
     malformed.write_text(json.dumps({"cases": [{"model": "x"}]}))
     bad = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(malformed),
-                     "--json")
+                   "--json")
     assert bad.returncode == 2 and bad.document["error"]["code"] == "input.nightly_config_invalid"

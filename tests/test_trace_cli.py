@@ -42,7 +42,7 @@ def test_two_traces_are_analysed_as_ranks():
 def test_compare_writes_markdown_and_json(tmp_path):
     md = tmp_path / "table.md"
     run = run_main("analyze_trace", "compare", str(EAGER), str(GRAPH), "--label-a", "eager", "--label-b", "graph",
-                     "--markdown", str(md), "--json")
+                   "--markdown", str(md), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
     assert doc["markdown"] == md.read_text() and "| cudaGraphLaunch calls | 0 | 2 |" in doc["markdown"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import bench_runner, campaign, contract, engine_args, engine_probe, presets, report
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"
@@ -87,8 +87,8 @@ def test_ab_arm_with_bcg_flags_is_gated_as_bcg(tmp_path):
     ("--warmup-resolutions 1024x1024", "--warmup-resolutions"), ("--dit-cpu-offload true", "--dit-cpu-offload"),
     ("--attention-backend a --attention-backend b", "--attention-backend")])
 def test_a_flag_given_twice_is_refused_before_anything_runs(extra, flag, tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "abba", "--rounds", "1",
-                     f"--extra-args={extra}", *RECENT, "--dry-run", "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "abba", "--rounds", "1",
+                   f"--extra-args={extra}", *RECENT, "--dry-run", "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.duplicate_flag"
     assert flag in run.document["error"]["details"]["duplicates"]
     assert flag in run.document["error"]["hint"]
@@ -98,9 +98,9 @@ def test_local_model_path_and_overrides_reach_the_command(tmp_path):
     model = tmp_path / "FLUX.1-dev"
     model.mkdir()
     (model / "model_index.json").write_text("{}")
-    run = run_script("bench_diffusion_denoise", "--model", "flux-1gpu", "--model-path", str(model), "--override",
-                     "num_inference_steps=28", "--campaign", "abba", "--rounds", "1",
-                     "--extra-args=--attention-backend torch_sdpa", *RECENT, "--dry-run", "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "flux-1gpu", "--model-path", str(model), "--override",
+                   "num_inference_steps=28", "--campaign", "abba", "--rounds", "1",
+                   "--extra-args=--attention-backend torch_sdpa", *RECENT, "--dry-run", "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
     assert doc["warnings"] == [] and len(doc["runs"]) == 4
@@ -116,22 +116,22 @@ def test_local_model_path_and_overrides_reach_the_command(tmp_path):
 def test_a_model_directory_not_named_as_the_architecture_is_flagged(tmp_path):
     model = tmp_path / "my-flux"
     model.mkdir()
-    run = run_script("bench_diffusion_denoise", "--model", "flux-1gpu", "--model-path", str(model), *RECENT,
-                     "--dry-run", "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "flux-1gpu", "--model-path", str(model), *RECENT,
+                   "--dry-run", "--json")
     codes = [w["code"] for w in run.document["warnings"]]
     assert run.returncode == 0 and codes == ["model.path_name", "model.path_missing"]
 
 
 @pytest.mark.parametrize("override", ["steps=28", "num_inference_steps=0", "width=big", "seed=-1", "prompt="])
 def test_bad_overrides_are_usage_errors(override):
-    run = run_script("bench_diffusion_denoise", "--model", "flux-1gpu", "--override", override, *RECENT, "--dry-run",
-                     "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "flux-1gpu", "--override", override, *RECENT, "--dry-run",
+                   "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.bad_override"
 
 
 def test_a_real_run_refuses_a_model_path_without_a_pipeline(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--model-path", str(tmp_path), *RECENT,
-                     "--output-dir", str(tmp_path / "out"), "--json")
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--model-path", str(tmp_path), *RECENT,
+                   "--output-dir", str(tmp_path / "out"), "--json")
     assert run.returncode == 3 and run.document["error"]["code"] == "input.model_path_not_a_pipeline"
 
 
