@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from conftest import HF_TOKEN_CANARY, REPO, TEST_FIXTURES
-from sgl_diffusion_bench import doc_tables, engine_probe
+from sgl_diffusion_bench import doc_tables, engine_probe, gpu
 
 SKILL_DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md",
                                        "reference/presets.md", "reference/troubleshooting.md", "reference/options.md",
@@ -135,6 +135,9 @@ def test_the_options_reference_says_what_every_option_does():
             if line.startswith("| `")]
     assert {"| `--campaign` |", "| `--all-stages` |", "| `--baseline` |"} <= {r[: r.index(" |", 2) + 2] for r in rows}
     assert [r for r in rows if not r.strip()[1:-1].split(" | ")[-1].strip()] == []
+    # the same on every machine: no default that depends on who or where renders it
+    machine = {str(Path.home()), str(REPO), str(gpu.default_lock_dir())}
+    assert [r for r in rows if any(m in r for m in machine)] == []
 
 
 def test_generated_tables_match_the_data():

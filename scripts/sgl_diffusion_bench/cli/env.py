@@ -43,8 +43,9 @@ def build_parser() -> _runner.Parser:
                        help="most memory in use that still counts as idle (loosen only deliberately)")
         p.add_argument("--max-util-pct", type=_runner.bounded_int(0, 100), default=gpu.IDLE_MAX_UTILIZATION_PCT,
                        help="highest utilisation that still counts as idle (loosen only deliberately)")
-        p.add_argument("--lock-dir", default=str(gpu.DEFAULT_LOCK_DIR),
-                       help="where leases are kept (shared by every campaign on this machine)")
+        p.add_argument("--lock-dir", help=f"where leases are kept, shared by every campaign (default: "
+                       f"${gpu.LOCK_DIR_ENV}, else $XDG_RUNTIME_DIR/sglang-diffusion-gpu-locks, else "
+                       "/tmp/sglang-diffusion-gpu-locks-<uid>)")
         if name == "lease":
             p.add_argument("--label", default="manual", help="names the lease holder for others to see")
             p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -74,7 +75,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if command == "check-write-access":
         return _path_result("write_probe", env.check_write_access())
     options = dict(samples=args.samples, max_memory_mib=args.max_memory_mib, max_util_pct=args.max_util_pct,
-                   lock_dir=Path(args.lock_dir))
+                   lock_dir=Path(args.lock_dir) if args.lock_dir else gpu.DEFAULT_LOCK_DIR)
     if command == "print-idle-gpus":
         gpus = gpu.pick_idle_gpus(args.count, **options)
         indices = ",".join(str(g.index) for g in gpus)
