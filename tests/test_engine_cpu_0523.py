@@ -1,19 +1,14 @@
 """The real sglang 0.5.23 engine on CPU (tiny FLUX.1, the CPU adapter): only the b0 gap is filled, the native path
 runs, its log has no "Generated N outputs", its perf dump times scheduler-internal steps apart from the pipeline
-stages and records no memory. Recorded runs: tests/fixtures/engine-cpu-0.5.23 (record.py there); the fixture tests
-below run everywhere, the live ones only on 0.5.23."""
+stages and records no memory. Recorded runs: tests/fixtures/engine-cpu-0.5.23 (record.py there). The same facts on
+the installed engine, run directly without the runner: tests/test_reproduce.py (its Reproduce block is that run)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-
-import pytest
 
 from conftest import TEST_FIXTURES
-from engine_release import DEFAULT_RELEASE, expects
-from sgl_diffusion_bench import engine_process, log_markers, log_gates, perf_dump, tiny_model
+from sgl_diffusion_bench import log_markers, log_gates, perf_dump
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 RECORDED = TEST_FIXTURES / "engine-cpu-0.5.23"
@@ -40,23 +35,3 @@ def test_recorded_perf_dump_keeps_scheduler_steps_apart_and_has_no_memory():
     assert [name for name, _ in perf.stages] == STAGES
     assert perf.internal_steps and all("." in name for name, _ in perf.internal_steps)
     assert perf.peak_memory_mb is None  # 0.5.23 writes no memory checkpoints on CPU: reported as not recorded
-
-
-@pytest.mark.engine
-@expects(DEFAULT_RELEASE)
-def test_native_run_on_the_installed_0523(tmp_path):
-    model = tiny_model.ensure_tiny_flux()
-    argv = [*engine_process.sglang_cli(), "generate", "--model-path", str(model), "--backend", "sglang",
-            "--prompt", "a cat", "--width", "64", "--height", "64", "--num-inference-steps", "2", "--seed", "42",
-            "--save-output", "--output-path", str(tmp_path), "--output-file-name", "out.png",
-            "--perf-dump-path", str(tmp_path / "perf.json"), *engine_process.port_args()]
-    run = engine_process.run_engine(argv, engine_process.cpu_adapter_env(dict(os.environ)), tmp_path / "log.txt",
-                                    timeout_s=600, cwd=tmp_path)
-    log = run.log_path.read_text()
-    assert run.returncode == 0
-    assert "Loaded transformer: FluxTransformer2DModel (sgl-diffusion version)" in log
-    assert sgl_cpu_adapter.summarize(log.splitlines())["applied"] == ["b0"]
-    expected = json.loads((RECORDED / "native-ok" / "run.json").read_text())["output_png_sha256"]
-    assert hashlib.sha256((tmp_path / "out.png").read_bytes()).hexdigest() == expected  # deterministic
-    perf = json.loads((tmp_path / "perf.json").read_text())
-    assert [s["name"] for s in perf["steps"] if "." not in s["name"]] == STAGES and perf["memory_checkpoints"] == {}

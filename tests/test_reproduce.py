@@ -1,8 +1,11 @@
 """The Markdown report's Reproduce block runs as written on the machine that produced it (real engine, tiny CPU
-model), and the report records its cache roots without cleanup being asked for."""
+model) and gives the same bytes, and the report records its cache roots without cleanup being asked for. The block is
+the engine run directly, without the runner, so on 0.5.23 it also shows the native path the recorded run in
+tests/fixtures/engine-cpu-0.5.23 has: only the b0 gap filled, scheduler steps apart from stages, no memory on CPU."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -12,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import run_script
+from engine_release import DEFAULT_RELEASE, INSTALLED
 from sgl_diffusion_bench import run_record
+from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+from test_engine_cpu_0523 import STAGES
 
 pytestmark = pytest.mark.engine
 
@@ -28,13 +34,25 @@ def test_the_reproduce_block_reruns_the_cell(tmp_path):
     assert "- caches: " in markdown
     block = re.search(r"### Reproduce\n\n.*?```bash\n(.*?)\n```", markdown, re.S).group(1)
     assert "PYTHONPATH=" in block  # the CPU adapter the cell ran with (its absence broke the block before)
-    perf = Path(doc["cells"][0]["perf_dump_path"])
+    cell = doc["cells"][0]
+    perf = Path(cell["perf_dump_path"])
     perf.unlink()
+    (output,) = cell["outputs"]
+    Path(output["path"]).unlink()
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
     rerun = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=1800, env=env,
                            cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert json.loads(perf.read_text())["total_duration_ms"] > 0  # the rerun wrote the cell's perf dump again
+    dump = json.loads(perf.read_text())
+    assert dump["total_duration_ms"] > 0  # the rerun wrote the cell's perf dump again
+    assert hashlib.sha256(Path(output["path"]).read_bytes()).hexdigest() == output["sha256"]  # and the same bytes
+    if INSTALLED == DEFAULT_RELEASE:
+        log = rerun.stdout + rerun.stderr
+        assert "Loaded transformer: FluxTransformer2DModel (sgl-diffusion version)" in log
+        adapter = sgl_cpu_adapter.summarize(log.splitlines())
+        assert adapter["applied"] == ["b0"] and len(adapter["pids"]) == 2  # the CLI and its scheduler
+        assert [s["name"] for s in dump["steps"] if "." not in s["name"]] == STAGES
+        assert dump["memory_checkpoints"] == {}
 
 
 def test_reproduce_names_secrets_never_values():
