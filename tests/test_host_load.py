@@ -40,3 +40,21 @@ def test_the_report_counts_contended_cells():
     assert summary["sampled_cells"] == 2 and summary["contended_cells"] == [1]
     assert "1 of 2 cells ran while other processes were busy" in summary["note"]
     assert "Contended host" in "\n".join(report._host(summary))
+
+
+def test_a_sample_lists_processes_when_started_so_it_can_overlap_the_engine_start():
+    """A cold cell starts its host sample, then spawns its engine: the window runs while the engine starts, and the
+    engine (started after the listing) is never taken for a foreign busy process."""
+    earlier = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    later = None
+    try:
+        time.sleep(0.3)
+        get = host_load.start_sample(window_s=0.6, busy_pct=5.0)
+        later = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        pids = [p["pid"] for p in get()["busy_processes"]]
+        assert earlier.pid in pids and later.pid not in pids, pids
+    finally:
+        for spinner in (earlier, later):
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait(timeout=10)

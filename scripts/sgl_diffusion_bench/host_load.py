@@ -10,14 +10,15 @@ it does, and the report says how many cells ran contended so nobody reads their 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import psutil
 
 from .cell import Cell
 
-SAMPLE_S = 0.25
+SAMPLE_S = 0.1  # 10 clock ticks per core: enough to tell a busy process (>= BUSY_PCT) from an idle one
 BUSY_PCT = 25.0  # percent of one core over the window
 MAX_LISTED = 5
 
@@ -26,6 +27,27 @@ def sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: fl
            ) -> dict[str, Any]:
     """One host sample: 1-minute load, CPU count, machine CPU %, and the busiest processes other than this one.
     Taken at cell boundaries, when no engine of ours runs: a leftover engine worker still spinning counts too."""
+    return start_sample(exclude, window_s, busy_pct)()
+
+
+def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT
+                 ) -> Callable[[], dict[str, Any]]:
+    """``sample`` without waiting for its window: the processes are listed now, measured over the next
+    ``window_s`` on a thread; the returned getter waits for the result. A process started after this call (the
+    engine a cold cell spawns next) is not among them, so the window may overlap the engine's start or the
+    judging of a request: only the machine-wide CPU % then includes that work of ours."""
+    result: dict[str, Any] = {}
+    measure = _prime(exclude, window_s, busy_pct)
+    thread = threading.Thread(target=lambda: result.update(measure()), name="host-sample", daemon=True)
+    thread.start()
+
+    def get() -> dict[str, Any]:
+        thread.join()
+        return result
+    return get
+
+
+def _prime(exclude: Iterable[int], window_s: float, busy_pct: float) -> Callable[[], dict[str, Any]]:
     excluded = {os.getpid(), *exclude}
     procs = []
     for proc in psutil.process_iter(["pid", "name"]):
@@ -37,21 +59,25 @@ def sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: fl
         except psutil.Error:
             continue
     psutil.cpu_percent(None)
-    time.sleep(window_s)
-    machine = psutil.cpu_percent(None)
-    busy = []
-    for proc in procs:
-        try:
-            pct = proc.cpu_percent(None)
-        except psutil.Error:
-            continue
-        if pct >= busy_pct:
-            busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "cpu_percent": round(pct, 1)})
-    busy.sort(key=lambda p: -p["cpu_percent"])
-    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"load_avg_1m": None if load1 is None else round(load1, 2), "cpu_count": psutil.cpu_count() or 1,
-            "cpu_percent": round(machine, 1), "busy_processes": busy[:MAX_LISTED],
-            "busy_process_count": len(busy)}
+    began = time.monotonic()
+
+    def measure() -> dict[str, Any]:
+        time.sleep(max(0.0, window_s - (time.monotonic() - began)))
+        machine = psutil.cpu_percent(None)
+        busy = []
+        for proc in procs:
+            try:
+                pct = proc.cpu_percent(None)
+            except psutil.Error:
+                continue
+            if pct >= busy_pct:
+                busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "cpu_percent": round(pct, 1)})
+        busy.sort(key=lambda p: -p["cpu_percent"])
+        load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        return {"load_avg_1m": None if load1 is None else round(load1, 2), "cpu_count": psutil.cpu_count() or 1,
+                "cpu_percent": round(machine, 1), "busy_processes": busy[:MAX_LISTED],
+                "busy_process_count": len(busy)}
+    return measure
 
 
 def contended(before: dict[str, Any] | None, after: dict[str, Any] | None) -> bool:

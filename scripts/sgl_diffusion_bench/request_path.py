@@ -86,15 +86,17 @@ class Boundary:
 def finish_cell(cell: Cell, *, verdict: log_gates.GateVerdict, returncode: int | None,
                 stop_reason: str | None, stop_line: str | None, stopped_after_s: float | None, wall_s: float,
                 perf_dump_path: Path, output_dir: Path, output_stem: str, task: str | None, memory_kind: str,
-                boundary: Boundary, request_error: str | None = None) -> None:
+                boundary: Boundary | Callable[[], Boundary], request_error: str | None = None) -> None:
     """Judge one request (a cold cell's process, or one request of a warm engine) and write the verdict into its
-    cell: status, reasons, perf (valid cells only), outputs and every gate. ``request_error``: a
-    warm engine reported that the request raised (the engine itself serves on)."""
+    cell: status, reasons, perf (valid cells only), outputs and every gate. ``request_error``: a warm engine reported
+    that the request raised (the engine itself serves on). A ``boundary`` callable is resolved after judging (a host
+    sample's window runs meanwhile)."""
     outputs, others = media.split_outputs(output_dir, output_stem, task)
     judged = judge_request(verdict=verdict, returncode=returncode, stop_reason=stop_reason,
                            perf_dump_path=perf_dump_path, output_paths=outputs, memory_kind=memory_kind)
     if request_error:
         judged = dataclasses.replace(judged, status="failed", reasons=(request_error, *judged.reasons), perf=None)
+    boundary = boundary() if callable(boundary) else boundary
     gates = {"contention": {"checked": boundary.contention_checked, "before": list(boundary.gpu_before),
                             "after": list(boundary.gpu_after)},
              "log": verdict.to_json(), "stop": {"reason": stop_reason, "line": stop_line, "after_s": stopped_after_s},
@@ -117,7 +119,7 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
     ``observe`` sees every line too (the engine's effective settings). Returns the CPU adapter's record of the run
     (None when the adapter printed nothing)."""
     before = foreign_check() if foreign_check else []
-    host_before = host_load.sample()
+    host_before = host_load.start_sample()  # its window overlaps the engine's start, which it does not measure
     adapter_lines: list[str] = []
 
     def on_line(line: str) -> str | None:
@@ -131,8 +133,12 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
     cell.log_path = str(run_dir / "engine.log")
     run = engine_process.run_engine(list(argv), env, run_dir / "engine.log", on_line=on_line, timeout_s=timeout_s,
                                     echo=echo, cwd=run_dir)  # the engine records the git commit of its cwd
-    boundary = Boundary(foreign_check is not None, before, foreign_check() if foreign_check else [], host_before,
-                        host_load.sample())
+    after = foreign_check() if foreign_check else []
+    host_after = host_load.start_sample()  # its window overlaps the judging below
+
+    def boundary() -> Boundary:
+        return Boundary(foreign_check is not None, before, after, host_before(), host_after())
+
     adapter = sgl_cpu_adapter.summarize(adapter_lines)
     # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.
     memory_kind = "process_rss" if adapter and adapter["memory_source"] == "process_rss" else "device"
