@@ -4,6 +4,7 @@ and (marker ``engine``) a real warm A/A on the CPU engine."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -175,6 +176,51 @@ def test_a_warm_aa_campaign_uses_one_engine_and_judges_every_request(tmp_path):
     assert "[engine e1] ready after" in run.stderr
 
 
+@pytest.mark.engine
+def test_arms_that_differ_only_in_steps_share_one_engine_start(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "ab", "--rounds", "1",
+                     "--arm-b-args=--num-inference-steps 3", "--engine", "warm", "--label", "steps", "--output-dir",
+                     str(tmp_path), "--json", timeout=1800)
+    doc = run.document
+    engines = doc["engines"]
+    assert engines["engine_starts"] == 1 and engines["grouping"]["engine_configurations"] == 1, run.stderr[-3000:]
+    assert engines["grouping"]["request_flags_source"] == "argparse"  # the engine's own per-request flags
+    start, = engines["starts"]
+    assert start["arms"] == ["a", "b"] and start["warmup_requests"] == 2  # each distinct request warmed once
+    steps = [(c["arm"], len(json.loads(Path(c["perf_dump_path"]).read_text())["denoise_steps_ms"]))
+             for c in doc["cells"]]
+    assert steps == [("a", 2), ("b", 3), ("b", 3), ("a", 2)]  # each request ran its own steps on the one engine
+    # other steps, other bytes: at lossless that is never evidence of a speedup, so arm B's cells do not count
+    assert [c["status"] for c in doc["cells"]] == ["valid", "invalid", "invalid", "valid"] and run.returncode == 1
+    assert all(c["reasons"][0].startswith("output.differs") for c in doc["cells"] if c["arm"] == "b")
+
+
+@pytest.mark.engine
+def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
+    """Engine flags differ (arm B adds --log-level info), the schedule is alternating blocks: A1 on e1, B1 B2 on e2,
+    A2 on a restarted e3; each request writes its own copy of the preset's config file and the report says so."""
+    from sgl_diffusion_bench import bench_runner, campaign, engine_probe, presets, report, tiny_model
+
+    preset = dataclasses.replace(presets.get_preset("tiny-flux-cpu"), config_overrides={"guidance_scale": 3.5})
+    settings = bench_runner.CampaignSettings(label="blocks", output_root=tmp_path, engine_mode="warm",
+                                             warm_schedule="alternating_blocks")
+    runner = bench_runner.CampaignRunner(
+        preset, campaign.plan("ab", rounds=1, arm_b_args=["--log-level", "info"]), settings,
+        engine_probe.probe_engine().capabilities, environment={}, model_path=str(tiny_model.ensure_tiny_flux()),
+        asset_filenames={}, use_cpu_adapter=True)
+    doc = runner.run()
+    assert doc["ok"] and [c["status"] for c in doc["cells"]] == ["valid"] * 4, [c["reasons"] for c in doc["cells"]]
+    engines = doc["engines"]
+    assert engines["schedule"] == "alternating_blocks" and engines["engine_starts"] == 3
+    assert [(r["position"], r["engine"]) for r in engines["order"]] == [("A1", "e1"), ("B1", "e2"), ("B2", "e2"),
+                                                                        ("A2", "e3")]
+    assert [s["arms"] for s in engines["starts"]] == [["a"], ["b"], ["a"]]
+    for inv in runner.invocations:  # each request's config file, as a cold cell would have it
+        assert json.loads(inv.config_path.read_text()) == {"guidance_scale": 3.5}
+    assert "schedule alternating blocks; requests in order: A1 on e1, B1 on e2, B2 on e2, A2 on e3" in \
+        report.render_markdown(doc)
+
+
 # -- samples and the sequential rule ------------------------------------------------------------------------------
 
 def test_samples_repeat_each_slot_with_distinct_files(tmp_path):
@@ -279,3 +325,31 @@ def test_the_replay_sequence_on_the_real_engine_without_bcg(tmp_path):
         assert engine["captured_at_warmup"] == 0
         assert all(r["status"] == "ok" and r["recaptures"] == 0 and not r["fell_back"]
                    for r in engine["requests"].values())
+
+
+# -- which engine mode runs ----------------------------------------------------------------------------------------
+
+def test_cold_is_the_default_and_warm_is_refused_where_it_cannot_run():
+    from sgl_diffusion_bench import contract, engine_mode, engine_probe
+
+    recent = engine_probe.recent_engine_capabilities()
+    plain, profiled = [_request(1)], [[*_request(1), "--profile"], _request(2)]
+    assert engine_mode.choose(None, recent, plain) == {"asked": None, "mode": "cold", "reason": "the default (cold)"}
+    assert engine_mode.choose("warm", recent, plain) == {"asked": "warm", "mode": "warm", "reason": "--engine warm"}
+    assert engine_mode.choose("cold", recent, profiled)["mode"] == "cold"
+    for engine, argvs, why in ((recent, profiled, "torch profiler"),
+                               (dataclasses.replace(recent, warm_entry=False), plain, "DiffGenerator"),
+                               (dataclasses.replace(recent, warm_entry=None), plain, "do not say")):
+        with pytest.raises(contract.PreconditionError) as refused:
+            engine_mode.choose("warm", engine, argvs)
+        assert refused.value.code == "engine.warm_unavailable" and why in refused.value.message
+
+
+def test_the_plan_names_each_presets_engine_mode(tmp_path):
+    common = ["--model", "tiny-flux-cpu", "--engine-capabilities", "recent", "--label", "m", "--output-dir",
+              str(tmp_path), "--dry-run", "--json"]
+    warm = run_script("bench_diffusion_denoise", *common, "--engine", "warm")
+    assert warm.returncode == 0 and warm.document["engine_modes"] == [
+        {"preset": "tiny-flux-cpu", "asked": "warm", "mode": "warm", "reason": "--engine warm"}]
+    refused = run_script("bench_diffusion_denoise", *common, "--extra-args=--profile", "--engine", "warm")
+    assert refused.returncode == 3 and refused.document["refusals"][0]["code"] == "engine.warm_unavailable"

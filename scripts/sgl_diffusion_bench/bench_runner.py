@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_process, env, fileio,
-               host_load, log_markers, model_cache, report, request_path, run_claim, run_record, sequential, stats,
-               validity, warm_campaign)
+from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_mode, engine_process, env,
+               fileio, host_load, log_markers, model_cache, presets, report, request_path, run_claim, run_record,
+               sequential, stats, validity, warm_campaign)
 from .cell import Cell
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .run_record import reproduce_command  # noqa: F401 (the runner's API)
@@ -30,7 +30,6 @@ from .engine_probe import EngineCapabilities
 from .presets import Preset
 
 DEFAULT_CELL_TIMEOUT_S = 3600.0
-ENGINE_MODES = ("cold", "warm")
 REPORT_SUFFIX = ".bench-report.json"
 TOOL = "bench_diffusion_denoise"
 
@@ -57,7 +56,7 @@ class CampaignSettings:
     cleanup_ledger: Path | None = None
     write_report: bool = False
     echo_engine: bool = False
-    engine_mode: str = "cold"  # cold: one `sglang generate` per cell; warm: resident engines serve the cells
+    engine_mode: str | None = "cold"  # cold: a process per cell; warm: resident engines; None: engine_mode.choose
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
     warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
     stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known
@@ -123,9 +122,6 @@ class CampaignRunner:
         self.use_cpu_adapter = use_cpu_adapter
         self.foreign_check = foreign_check
         self.markers = log_markers.markers_for_version(engine.version)
-        if settings.engine_mode not in ENGINE_MODES:
-            raise contract.UsageError("usage.bad_engine_mode", f"engine mode {settings.engine_mode!r} is not one of "
-                                      f"{', '.join(ENGINE_MODES)}", "use --engine cold or --engine warm")
         self.cli_prefix = [*engine_process.sglang_cli(engine.python), "generate"]
         self.engine_python = engine.python or sys.executable  # the warm driver runs under the engine's interpreter
         self._warm: warm_campaign.WarmCampaign | None = None
@@ -138,7 +134,9 @@ class CampaignRunner:
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.model_path = model_path
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
-        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path) for s, inv in zip(plan.slots, self.invocations, strict=True)]
+        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path)
+                      for s, inv in zip(plan.slots, self.invocations, strict=True)]
+        self.engine_mode = engine_mode.choose(settings.engine_mode, engine, [inv.argv for inv in self.invocations])
         unique = dict.fromkeys((c, m) for inv in self.invocations for c, m in inv.warnings)
         self.warnings: list[dict[str, str]] = [{"code": c, "message": m} for c, m in unique]
         self.cleanup_entry: dict[str, Any] | None = None
@@ -150,6 +148,8 @@ class CampaignRunner:
     def _build(self, slot: campaign_mod.Slot, model_path: str | None,
                asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
         arm = self.plan.arms[slot.arm]
+        fields, arm_flags = campaign_mod.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
+        preset = presets.customised([self.preset], fields, None)[0]
         options = command_builder.RunOptions(
             label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,
             position=slot.position_number, sample=slot.sample, quality=arm.quality, warmup=self.settings.warmup,
@@ -158,9 +158,9 @@ class CampaignRunner:
             breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
-            extra_args=(*self.settings.extra_args, *arm.extra_args, *port_args_for(self.engine)))
+            extra_args=(*self.settings.extra_args, *arm_flags, *port_args_for(self.engine)))
         return command_builder.build_invocation(
-            self.preset, options, self.engine, sglang_cli=self.cli_prefix,
+            preset, options, self.engine, sglang_cli=self.cli_prefix,
             output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.caller_env,
             model_path=model_path, asset_filenames=asset_filenames)
 
@@ -249,7 +249,7 @@ class CampaignRunner:
     @contextlib.contextmanager
     def _engines(self, prepared) -> Iterator[warm_campaign.WarmCampaign | None]:
         """Warm mode: the campaign's resident engines, shut down however the campaign ends."""
-        if self.settings.engine_mode != "warm":
+        if self.engine_mode["mode"] != "warm":
             yield None
             return
         with warm_campaign.warm_engines(self, prepared) as warm:
@@ -396,9 +396,9 @@ class CampaignRunner:
                   "reproduce": run_record.reproduce_entries(self), "caches": run_record.cache_roots(self, self.model_path),
                   "invocations": [inv.to_json() for inv in self.invocations]},
             cells=[c.to_json() for c in self.cells], summary=summary, warnings=self.warnings)
-        doc["engines"] = (self._warm.to_json() if self._warm is not None else
-                          warm_campaign.cold_engines_block(self.cells, self.settings.primary_metric,
-                                                           self.settings.threshold_pct))
+        doc["engines"] = {**(self._warm.to_json() if self._warm is not None else
+                             warm_campaign.cold_engines_block(self.cells, self.settings.primary_metric,
+                                                              self.settings.threshold_pct)), "choice": self.engine_mode}
         if self.cleanup_entry is not None:
             doc["cleanup"] = self.cleanup_entry
         return doc

@@ -5,7 +5,8 @@ Modes:
 - ``abba``: eager (A) against breakable CUDA graphs (B), rounds of A1 B1 B2 A2 (the seed PR's order: drift over
   time hits both arms alike).
 - ``aa``: the same configuration in both arms, in the same A/B/B/A order: the noise floor of this machine.
-- ``ab``: a generic A/B where each arm is a set of extra engine flags, A/B/B/A order.
+- ``ab``: a generic A/B where each arm is a set of extra engine flags, A/B/B/A order; an arm's flag for a request
+  field (``--num-inference-steps``, ``--width``, ...) replaces the preset's value for that arm.
 - ``matrix``: for each quality the engine offers, eager against BCG in A/B/B/A rounds (``--rounds 1`` gives the
   reference's 12 rows on a three-quality engine); the summary compares the first quality's pair, every cell keeps
   its arm so the report shows all of them.
@@ -36,6 +37,24 @@ class Arm:
     def to_json(self) -> dict[str, Any]:
         return {"letter": self.letter, "description": self.description, "extra_args": list(self.extra_args),
                 "quality": self.quality, "bcg": self.bcg}
+
+
+def arm_request_fields(arm_args: Sequence[str], fields: Sequence[str]) -> tuple[list[str], list[str]]:
+    """An ab arm's flags split into request fields (``--num-inference-steps 4`` or ``=4`` -> ``num_inference_steps=4``
+    for a field in ``fields``), which replace the preset's value for that arm as ``--override`` does for every arm,
+    and the other flags, passed on as given."""
+    flag_field = {f"--{f.replace('_', '-')}": f for f in fields}
+    overrides, rest, i = [], [], 0
+    while i < len(arm_args):
+        flag, eq, value = arm_args[i].partition("=")
+        has_next = not eq and i + 1 < len(arm_args) and not arm_args[i + 1].startswith("--")
+        if flag in flag_field and (eq or has_next):
+            overrides.append(f"{flag_field[flag]}={value if eq else arm_args[i + 1]}")
+            i += 1 if eq else 2
+            continue
+        rest.append(arm_args[i])
+        i += 1
+    return overrides, rest
 
 
 @dataclasses.dataclass(frozen=True)

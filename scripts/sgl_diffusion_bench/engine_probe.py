@@ -46,7 +46,7 @@ _MISSING_MODULE = re.compile(r"No module named '(?P<module>[\w.]+)'")
 
 # Flags the engine validates against an enum of its own instead of argparse choices: (flag, module, enum class).
 ENUM_VALIDATED = (("--attention-backend", "sglang.multimodal_gen.runtime.platforms.interface", "AttentionBackendEnum"),)
-PROBE_FORMAT = 4  # part of the cache key: a probe written by an older format is probed again
+PROBE_FORMAT = 5  # part of the cache key: a probe written by an older format is probed again
 
 _INTROSPECT = f"""
 import argparse, enum, importlib, json
@@ -77,6 +77,8 @@ try:
     request_flags = [o for a in request_parser._actions for o in a.option_strings if o.startswith("--")]
 except Exception:
     request_flags = None
+from sglang.multimodal_gen.runtime.entrypoints.cli import generate as generate_module
+warm_entry = hasattr(generate_module, "generate_cmd") and hasattr(generate_module, "DiffGenerator")
 levels = aliases = None
 try:
     from sglang.multimodal_gen.configs.sample import sampling_params as sp
@@ -84,7 +86,7 @@ try:
 except (ImportError, AttributeError):
     pass
 print({PROBE_MARK!r} + json.dumps({{"actions": actions, "quality_levels": levels, "quality_aliases": aliases,
-                                 "request_flags": request_flags}}))
+                                 "request_flags": request_flags, "warm_entry": warm_entry}}))
 """
 
 
@@ -110,6 +112,9 @@ class EngineCapabilities:
     dynamic_suffixes: tuple[str, ...] = ()
     # Flags the engine takes per request (DiffGenerator.generate's sampling parameters); None where unknown.
     request_flags: frozenset[str] | None = None
+    # Whether generate serves through DiffGenerator (generate_cmd building one per call): the warm driver builds it
+    # once and answers generate_cmd's build with it. None where unknown.
+    warm_entry: bool | None = None
 
     def has_flag(self, flag: str) -> bool:
         return flag in self.flags
@@ -187,7 +192,8 @@ class EngineCapabilities:
                 "degraded": None if self.degraded is None else dict(self.degraded), "python": self.python,
                 "dynamic_flag_forms": {"prefixes": list(self.dynamic_prefixes),
                                        "suffixes": list(self.dynamic_suffixes)},
-                "request_flags": None if self.request_flags is None else sorted(self.request_flags)}
+                "request_flags": None if self.request_flags is None else sorted(self.request_flags),
+                "warm_entry": self.warm_entry}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "EngineCapabilities":
@@ -200,7 +206,8 @@ class EngineCapabilities:
                    python=data.get("python"),
                    dynamic_prefixes=tuple((data.get("dynamic_flag_forms") or {}).get("prefixes", ())),
                    dynamic_suffixes=tuple((data.get("dynamic_flag_forms") or {}).get("suffixes", ())),
-                   request_flags=None if data.get("request_flags") is None else frozenset(data["request_flags"]))
+                   request_flags=None if data.get("request_flags") is None else frozenset(data["request_flags"]),
+                   warm_entry=data.get("warm_entry"))
 
 
 _RECENT_FLAGS = """
@@ -246,7 +253,7 @@ def recent_engine_capabilities() -> EngineCapabilities:
         dynamic_prefixes=("--component-paths.", "--component-weights-paths.", "--component-quantizations.",
                           "--component-precisions.", "--component-attention-backends."),
         dynamic_suffixes=("-path", "-weights-path", "-quantization"),
-        request_flags=frozenset(_RECENT_REQUEST_FLAGS.split()))
+        request_flags=frozenset(_RECENT_REQUEST_FLAGS.split()), warm_entry=True)
 
 
 def _release_tuple(version: str | None) -> tuple[int, ...]:
@@ -374,7 +381,8 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
             quality_levels=None if found.get("quality_levels") is None else tuple(found["quality_levels"]),
             quality_aliases=found.get("quality_aliases") or {},
             request_flags=None if found.get("request_flags") is None
-            else frozenset([*found["request_flags"], *engine_sources.GENERATE_REQUEST_FLAGS]))
+            else frozenset([*found["request_flags"], *engine_sources.GENERATE_REQUEST_FLAGS]),
+            warm_entry=found.get("warm_entry"))
     except (ParserImportError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         missing = getattr(exc, "missing_module", None)
         reason = f"importing the parser took longer than {PROBE_TIMEOUT_S} s" if isinstance(
@@ -389,7 +397,8 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
         caps = capabilities_from_actions(actions, version=version, package_dir=package_dir, method="static_source",
                                          problems=[f"argparse probe failed, read the parser sources instead: {exc}"],
                                          degraded=degraded, python=python,
-                                         request_flags=engine_sources.static_request_flags(package_dir))
+                                         request_flags=engine_sources.static_request_flags(package_dir),
+                                         warm_entry=engine_sources.static_warm_entry(package_dir))
         if not accept_degraded:
             raise contract.PreconditionError(
                 "engine.probe_degraded", f"cannot import the generate parser of sglang {version} at {package_dir}: "

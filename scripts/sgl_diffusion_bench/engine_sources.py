@@ -10,6 +10,7 @@ from typing import Any, Iterable
 
 SAMPLING_SOURCE = "multimodal_gen/configs/sample/sampling_params.py"  # SamplingParams.add_cli_args: per-request flags
 GENERATE_REQUEST_FLAGS = ("--perf-dump-path", "--output-file-path")  # generate_cmd applies them per call
+GENERATE_SOURCE = "multimodal_gen/runtime/entrypoints/cli/generate.py"
 PARSER_SOURCES = ("multimodal_gen/runtime/entrypoints/cli/generate.py", "multimodal_gen/runtime/server_args.py",
                   "multimodal_gen/runtime/server_args", "multimodal_gen/configs/sample/sampling_params.py",
                   "multimodal_gen/configs/pipeline_configs/base.py", "multimodal_gen/configs/quantization")
@@ -70,3 +71,12 @@ def static_parser_actions(package_dir: Path, files: Iterable[Path] | None = None
                         choices = None
             actions.append({"options": options, "choices": choices})
     return actions
+
+
+def static_warm_entry(package_dir: Path) -> bool | None:
+    """Whether generate.py defines generate_cmd and builds a DiffGenerator (what the warm driver needs)."""
+    try:
+        text = (package_dir / GENERATE_SOURCE).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return "def generate_cmd" in text and "DiffGenerator" in text

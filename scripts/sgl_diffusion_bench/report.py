@@ -65,6 +65,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines.append("- E2E is the engine's warmed request duration from the perf dump (`total_duration_ms`); denoise "
                  "sums the stages ending in DenoisingStage/RefinementStage (else the per-step records).")
     lines += _engine_settings(doc, arms)
+    lines += _engines(doc.get("engines") or {})
     lines += ["", *_run_order_table(cells, arms), ""]
     for paragraph in [*_changes(comparison), *_outliers(summary, arms), *_memory(comparison, summary, arms)]:
         lines += [paragraph, ""]
@@ -142,6 +143,18 @@ def _engine_settings(doc: Mapping[str, Any], arms: list[str]) -> list[str]:
             text += ". Warm-up by the engine itself: none logged"
         lines.append(f"- {arm}: {text}.")
     return lines
+
+
+def _engines(engines: Mapping[str, Any]) -> list[str]:
+    """How the cells were served: warm or cold and why, the schedule, and the order of a warm campaign's requests."""
+    if not engines.get("choice"):
+        return []
+    line = (f"- Engine {engines['mode']} ({engines['choice']['reason']}): {engines['engine_starts']} engine start(s), "
+            f"schedule {engines['schedule'].replace('_', ' ')}")
+    if engines.get("order"):
+        line += "; requests in order: " + ", ".join(f"{r['position'] or r['arm']} on {r['engine']}"
+                                                    for r in engines["order"])
+    return [line + "."]
 
 
 def _ms(value: float | None) -> str:

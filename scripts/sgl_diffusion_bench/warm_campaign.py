@@ -29,6 +29,7 @@ from .cpu_adapter import sgl_cpu_adapter
 
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
 SCHEDULES = ("auto", "interleaved", "alternating_blocks")  # auto: interleaved when every engine fits at once
+BoundarySample = tuple[list[dict[str, Any]], Callable[[], dict[str, Any]]]  # foreign GPU processes, host sample
 
 
 @dataclasses.dataclass
@@ -259,7 +260,7 @@ class WarmCampaign:
 
     def _serve(self, start: EngineStart, cell: Cell, request_id: str, args: list[str],
                quality: str | None, perf_dump: Path, output_dir: Path, stem: str, log_path: Path,
-               boundary: Callable[[], request_path.Boundary] | None = None) -> warm_engine.Segment:
+               boundary: Callable[[], BoundarySample] | None = None) -> warm_engine.Segment:
         """One request on a warm engine, judged into ``cell`` by the same code as a cold cell (gated at the level
         the request runs at, ``quality``, as a cold cell is)."""
         runner = self.runner
@@ -280,9 +281,11 @@ class WarmCampaign:
             cell.engine["recaptures"] = verdict.bcg.captured_graphs - start.captures
         start.captures = verdict.bcg.captured_graphs
         returncode = start.engine.process.poll() if segment.status == "exited" and start.engine.process else None
-        edges = (request_path.Boundary(before.contention_checked, before.gpu_before, after.gpu_before,
-                                       before.host_before, after.host_before)
-                 if before and after else request_path.Boundary.unchecked())
+
+        def edges() -> request_path.Boundary:  # resolved after judging: the last host window overlaps it
+            if not (before and after):
+                return request_path.Boundary.unchecked()
+            return request_path.Boundary(runner.foreign_check is not None, before[0], after[0], before[1](), after[1]())
         error = _segment_reason(segment, "during this request") \
             if segment.status in ("error", "exited") and not segment.stop_reason else None
         request_path.finish_cell(cell, verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason,
@@ -297,16 +300,13 @@ class WarmCampaign:
             self._close(start)
         return segment
 
-    def _boundary_sampler(self) -> Callable[[], request_path.Boundary]:
-        """Foreign GPU processes and host load now, our resident engines excluded (half a Boundary: ``*_before``)."""
+    def _boundary_sampler(self) -> Callable[[], BoundarySample]:
+        """Foreign GPU processes now, and a host sample started now (its window overlaps the request or its
+        judging), our resident engines excluded."""
         runner = self.runner
         alive = [s.engine for s in self.starts if s.engine is not None and s.engine.alive]
         own = self.own_gpu_pids.union(*(engine.pids() for engine in alive))
-
-        def sample() -> request_path.Boundary:
-            return request_path.Boundary(runner.foreign_check is not None, runner.foreign_now(own), [],
-                                         host_load.sample(exclude=own), {})
-        return sample
+        return lambda: (runner.foreign_now(own), host_load.start_sample(exclude=own))
 
     def run_cell(self, cell: Cell, invocation: command_builder.Invocation, index: int) -> None:
         key_index = self.key_of_cell[index]
@@ -339,7 +339,9 @@ class WarmCampaign:
     def to_json(self) -> dict[str, Any]:
         return {**engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
                                 self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
-                                self.settings.warmup_requests), "grouping": self.grouping}
+                                self.settings.warmup_requests), "grouping": self.grouping,
+                "order": [{"cell": c.index, "arm": c.arm, "position": c.position, "engine": c.engine["id"]}
+                          for c in self.runner.cells if c.engine]}
 
 
 def _segment_reason(segment: warm_engine.Segment, when: str) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from . import _engine_args
-from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_probe, env, gpu,
-               model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
+from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode, engine_probe,
+               env, gpu, model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
                warm_campaign)
 from . import _runner
 
@@ -83,9 +83,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--cell-timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=bench_runner.DEFAULT_CELL_TIMEOUT_S,
                       help="stop a cell's engine after this many seconds (the cell becomes failed)")
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
-    camp.add_argument("--engine", choices=bench_runner.ENGINE_MODES, default="cold",
+    camp.add_argument("--engine", choices=engine_mode.MODES, default=None,
                       help="cold: one `sglang generate` process per cell (default); warm: one resident engine per "
-                           "engine configuration serves every cell of the campaign (same flags, same gates)")
+                           "engine configuration serves every cell of the campaign (same flags, same gates; refused "
+                           "for an engine without DiffGenerator or a profiled request)")
     camp.add_argument("--warmup-requests", type=_runner.bounded_int(0, 100), default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
     camp.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
@@ -242,7 +243,7 @@ def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_pr
 
 def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
     settings = settings_from(args)
-    runs, refusals, warnings = [], [], []
+    runs, refusals, warnings, modes = [], [], [], []
     inventory = None
     for preset in selected_presets(args):
         warnings += presets.model_location(preset, args.model_path, build=False)[1]
@@ -254,6 +255,7 @@ def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) 
             refusals.append({"preset": preset.name, "code": exc.code, "message": exc.message, "hint": exc.hint})
             continue
         runs += [inv.to_json() for inv in runner.invocations]
+        modes.append({"preset": preset.name, **runner.engine_mode})
         if args.engine_capabilities == "installed" and preset.num_gpus:  # a plan for this machine: can it run here?
             inventory = inventory or gpu.read_inventory()
             check = readiness.gpu_check(preset, inventory, lambda uuid: None)  # leases matter at run time only
@@ -263,7 +265,7 @@ def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) 
                                  "hint": f"check_readiness.py --model {preset.name} says everything it needs; plan for "
                                          "another machine with --engine-capabilities recent"})
     return {"engine": caps.to_json(), "output_dir": str(settings.output_root), "assets_dir": str(env.assets_dir()),
-            "runs": runs, "refusals": refusals, "warnings": warnings}
+            "runs": runs, "refusals": refusals, "warnings": warnings, "engine_modes": modes}
 
 
 def render_plan(payload: dict[str, Any]) -> str:
@@ -274,6 +276,7 @@ def render_plan(payload: dict[str, Any]) -> str:
         lines.append("  " + " \\\n    ".join(shlex.quote(t) for t in run["argv"]))
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in run["warnings"]]
     lines += [f"warning [{w['code']}]: {w['message']}" for w in payload["warnings"]]
+    lines += [f"{m['preset']}: engine {m['mode']} ({m['reason']})" for m in payload["engine_modes"]]
     for r in payload["refusals"]:
         lines.append(f"REFUSED {r['preset']} [{r['code']}]: {r['message']}\n  hint: {r['hint']}")
     return "\n".join(lines)
@@ -319,6 +322,9 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 def render_report_text(doc: dict[str, Any]) -> str:
     lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
              f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
+    choice = doc["engines"].get("choice")
+    if choice:
+        lines.append(f"engine {choice['mode']}: {choice['reason']}")
     for cell in doc["cells"]:
         perf = cell["perf"] or {}
         lines.append(f"  #{cell['index']} {cell['arm']} {cell['position'] or ''} {cell['status']}"
