@@ -105,6 +105,9 @@ def test_warmup_requests_write_elsewhere_and_keep_every_other_token():
     assert args[args.index("--output-path") + 1] == "/w" and args[args.index("--output-file-name") + 1] == "warmup"
     untouched = [t for t in _request(1) if not t.startswith("/o/") and t != "r1"]
     assert [t for t in args if not t.startswith("/w") and t != "warmup"] == untouched
+    configured = warm_grouping.with_request_paths([*_request(1), "--config=/o/r1/c.json"], Path("/w/warmup.perf.json"),
+                                                  Path("/w"), "warmup", Path("/w/c.json"))
+    assert configured[-1] == "--config=/w/c.json"  # the cell's run directory does not exist yet
 
 
 def _cell(index, engine, first, value, arm="a"):

@@ -144,8 +144,13 @@ class WarmCampaign:
             reasons.insert(0, _segment_reason(ready, "while loading"))
         for n, warm_inv in enumerate(self._warmup_requests(key_index) if not reasons else (), start=1):
             warm_dir = engine_dir / f"warmup{n}"
+            config = None
+            if warm_inv.config_path is not None:  # its own copy, as each measured request has
+                config = warm_dir / warm_inv.config_path.name
+                warm_dir.mkdir(parents=True, exist_ok=True)
+                config.write_text(warm_inv.config_content or "", encoding="utf-8")
             args = warm_grouping.with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json",
-                                                    warm_dir, "warmup")
+                                                    warm_dir, "warmup", config)
             judged = Cell(index=first, arm=runner.cells[first].arm)  # judged like a measured request, never counted
             segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
                                   warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log")

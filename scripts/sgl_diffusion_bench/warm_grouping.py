@@ -94,12 +94,17 @@ def group_by_engine(keys: Sequence[tuple[str, ...]]) -> list[int]:
     return [seen.setdefault(key, len(seen)) for key in keys]
 
 
-def with_request_paths(generate_args: Sequence[str], perf_dump: Path, output_dir: Path, stem: str) -> list[str]:
-    """The same request writing its perf dump and output elsewhere (the uncounted warm-up requests)."""
+def with_request_paths(generate_args: Sequence[str], perf_dump: Path, output_dir: Path, stem: str,
+                       config: Path | None = None) -> list[str]:
+    """The same request writing its perf dump and output elsewhere, reading its config file (if any) from
+    ``config`` (the uncounted warm-up requests: a cell's own run directory does not exist before the cell runs)."""
     replace = {"--perf-dump-path": str(perf_dump), "--output-path": str(output_dir), "--output-file-name": stem}
     out: list[str] = []
     for flag, _, tokens in split_flags(generate_args):
-        out += [flag, replace[flag]] if flag in replace else tokens
+        if flag == "--config" and config is not None:
+            out.append(f"--config={config}")
+        else:
+            out += [flag, replace[flag]] if flag in replace else tokens
     return out
 
 
