@@ -85,8 +85,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     camp.add_argument("--engine", choices=engine_mode.MODES, default=None,
                       help="cold: one `sglang generate` process per cell (default); warm: one resident engine per "
-                           "engine configuration serves every cell of the campaign (same flags, same gates; refused "
-                           "for an engine without DiffGenerator or a profiled request)")
+                           "engine configuration serves every cell (same flags and gates; refused where it cannot run)")
     camp.add_argument("--warmup-requests", type=_runner.bounded_int(0, 100), default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
     camp.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
@@ -243,8 +242,7 @@ def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_pr
 
 def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
     settings = settings_from(args)
-    runs, refusals, warnings, modes = [], [], [], []
-    inventory = None
+    inventory, runs, refusals, warnings, modes = None, [], [], [], []
     for preset in selected_presets(args):
         warnings += presets.model_location(preset, args.model_path, build=False)[1]
         try:
@@ -322,9 +320,7 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 def render_report_text(doc: dict[str, Any]) -> str:
     lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
              f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
-    choice = doc["engines"].get("choice")
-    if choice:
-        lines.append(f"engine {choice['mode']}: {choice['reason']}")
+    lines += [f"engine {c['mode']}: {c['reason']}" for c in [doc["engines"].get("choice")] if c]
     for cell in doc["cells"]:
         perf = cell["perf"] or {}
         lines.append(f"  #{cell['index']} {cell['arm']} {cell['position'] or ''} {cell['status']}"
