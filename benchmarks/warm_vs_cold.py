@@ -4,24 +4,29 @@
 campaign: the same A/A campaign (tiny-flux-cpu, --rounds R, so 4R measured requests) run once with --engine cold
 and once with --engine warm. Prints the wall-time ratio warm/cold (goal <= 0.3), engine starts (goal: one per engine
 configuration), the share of engine wall time spent in measured requests, whether every output hash is identical
-across both modes, and whether the warm and cold medians agree within the measured noise (the A/A spread).
+across both modes, every request's e2e, and whether the warm and cold medians agree within the measured noise (the
+larger interquartile range over the median of the two modes: one slow first request does not widen it).
 
-overhead: N paired cold cells: our runner (bench_diffusion_denoise.py, one cell) against invoking the same
-`sglang generate` argv directly with the same environment, alternating which goes first. Prints the median of the
-paired wall-time differences as a share of the direct run (goal <= 1 %).
+overhead: N paired cold cells: our runner (bench_diffusion_denoise.py --engine cold, one cell) against invoking the
+same `sglang generate` argv directly with the same environment, alternating which goes first. Prints the median of
+the paired wall-time differences, and the runner's own time (our wall minus the engine process inside it: imports,
+planning, host samples, judging, the report), both as a share of the median direct cell (goal <= 1 %). Both sides
+may keep bytecode, as an installed bundle does, even where the caller's environment sets PYTHONDONTWRITEBYTECODE.
 
   .venv/bin/python benchmarks/warm_vs_cold.py campaign --rounds 2
   .venv/bin/python benchmarks/warm_vs_cold.py overhead --pairs 4
 
-Measured 2026-12-01 on the 2-core CI-class machine shared with other sessions (load average 6-15 throughout, so
-single requests swung by 100-300 %), sglang 0.5.23, tiny-flux-cpu, `campaign --rounds 2` (8 measured requests each):
-  warm: wall 152.3 s; engine starts 1; engine wall 148.2 s, measured requests (e2e) 8.15 s = 5.50 %
-  cold: wall 1507.9 s; engine starts 8; engine wall 1490.3 s, measured requests (e2e) 13.76 s = 0.92 %
-  wall ratio warm/cold 0.101; output hashes identical across both modes (b750d22f...); e2e medians cold 1193.8 ms,
-  warm 921.1 ms: a 22.8 % gap inside the measured A/A noise (spread up to 297.7 %) on that loaded machine.
-`overhead --pairs 2` on the same machine (load 12-15): ours 155.6 s vs direct 171.6 s, ours 164.3 s vs direct
-156.7 s; median difference -4.26 s over a 164.2 s direct cell (-2.6 %): the load's noise (+-10 % per pair) is larger
-than any overhead, so <= 1 % is neither shown nor refuted there; rerun on a quiet machine.
+Measured 2026-12-01 on the 2-core CI-class machine shared with other sessions, sglang 0.5.23, tiny-flux-cpu.
+`campaign --rounds 2` (8 measured requests each; load average 2.3 at the start, 5.1 at the end):
+  warm: wall 91.1 s (its first run re-probed the engine, ~20 s); engine starts 1; engine wall 64.2 s, measured
+  requests (e2e) 2.41 s = 3.75 %; e2e median 226.9 ms
+  cold: wall 550.4 s; engine starts 8; engine wall 546.1 s, measured requests (e2e) 6.91 s = 1.27 %; e2e median
+  946.0 ms
+  wall ratio warm/cold 0.166; output hashes identical across both modes (b750d22f...); but the medians differ by
+  76 %: the first measured request of the warm engine (686 ms, flagged `differs`) is close to a cold cell's, the
+  others (median 190 ms) are faster. A cold cell measures the first request after the engine's own warmup; a warm
+  engine a steadier state. (The old range-based noise, 259 % here, said "agree"; it was set by that one request.)
+  An earlier run under load 6-15 gave ratio 0.101, medians cold 1193.8 ms vs warm 921.1 ms.
 """
 
 from __future__ import annotations
@@ -42,17 +47,26 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from sgl_diffusion_bench import engine_process  # noqa: E402
 
+# Both sides run as an installed bundle would: Python keeps the bundle's bytecode (__pycache__, git-ignored) even where
+# the caller's environment says PYTHONDONTWRITEBYTECODE (every run would otherwise compile the bundle from source).
+RUN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
 
 def bench(*args: str) -> tuple[dict, float]:
     began = time.monotonic()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--model", "tiny-flux-cpu", "--json", *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=RUN_ENV)
     wall = time.monotonic() - began
     doc = json.loads(proc.stdout)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit(f"benchmark run failed ({proc.returncode}): {doc.get('error') or 'cells not valid'}")
     return doc, wall
+
+
+def iqr_pct(values: list[float]) -> float:
+    low, _, high = statistics.quantiles(values, n=4)
+    return (high - low) / statistics.median(values) * 100
 
 
 def spread_pct(values: list[float]) -> float:
@@ -77,16 +91,20 @@ def campaign(args: argparse.Namespace, root: Path) -> int:
     ratio = warm[1] / cold[1]
     hashes = {mode: sorted({o["sha256"] for c in doc["cells"] for o in c["outputs"]}) for mode, (doc, _) in runs.items()}
     identical = len({h for hs in hashes.values() for h in hs}) == 1
-    medians = {m: statistics.median(c["perf"]["e2e_ms"] for c in d["cells"]) for m, (d, _) in runs.items()}
-    noise = max(spread_pct([c["perf"]["e2e_ms"] for c in d["cells"]]) for d, _ in runs.values())
+    values = {m: sorted(c["perf"]["e2e_ms"] for c in d["cells"]) for m, (d, _) in runs.items()}
+    medians = {m: statistics.median(v) for m, v in values.items()}
+    noise = max(iqr_pct(v) for v in values.values())  # the middle half: one slow first request does not set it
     gap = abs(medians["warm"] - medians["cold"]) / medians["cold"] * 100
     first = warm[0]["engines"]["first_measured"]
     print(f"wall ratio warm/cold: {ratio:.3f} (goal <= 0.3)")
     print(f"engine starts: cold {cold[0]['engines']['engine_starts']}, warm {warm[0]['engines']['engine_starts']} "
           f"(one per engine configuration: {warm[0]['engines']['engine_starts'] == 1})")
     print(f"output hashes identical across both modes: {identical} ({hashes})")
+    print("e2e per request (ms, sorted): " + "; ".join(f"{m} " + ", ".join(f"{x:.0f}" for x in v)
+                                                      for m, v in values.items()))
     print(f"e2e medians: cold {medians['cold']:.1f} ms, warm {medians['warm']:.1f} ms, gap {gap:.1f} %; "
-          f"measured A/A noise (largest spread) {noise:.1f} %: agree within noise: {gap <= noise}")
+          f"measured A/A noise (largest interquartile range over the median) {noise:.1f} %: agree within noise: "
+          f"{gap <= noise}")
     print(f"first measured warm request: {json.dumps(first)}")
     return 0 if identical else 1
 
@@ -96,31 +114,41 @@ def direct_cell(run: dict, out: Path, direct_dir: Path) -> float:
     argv = [t.replace(str(out), str(direct_dir)) for t in run["argv"]]
     run_dir = Path(run["artifacts"]["run_dir"].replace(str(out), str(direct_dir)))
     run_dir.mkdir(parents=True)
-    env = engine_process.cpu_adapter_env({**os.environ, **run["env_set"]})
+    env = engine_process.cpu_adapter_env({**RUN_ENV, **run["env_set"]})
     began = time.monotonic()
     subprocess.run(argv, env=env, capture_output=True, check=True, cwd=run_dir)
     return time.monotonic() - began
 
 
 def overhead(args: argparse.Namespace, root: Path) -> int:
-    diffs, direct_walls = [], []
+    """Two figures per pair: the paired difference (ours minus direct; on a shared machine the engine's own swing
+    dominates it) and the runner's own time (our wall minus the wall of the engine process inside it: imports,
+    planning, probes, host samples, judging, the report), which the engine's noise does not reach."""
+    diffs, direct_walls, own = [], [], []
+    bench("--engine", "cold", "--label", "compile", "--output-dir", str(root / "compile"), "--dry-run")  # bytecode
     for pair in range(args.pairs):
         label = f"ov{pair}"
         out = root / label
-        plan, _ = bench("--label", label, "--output-dir", str(out), "--dry-run")
+        cold = ("--engine", "cold", "--label", label, "--output-dir", str(out))
+        plan, _ = bench(*cold, "--dry-run")
         run = plan["runs"][0]
         if pair % 2:  # alternate which goes first: drift over the pair hits both sides
             d = direct_cell(run, out, root / f"direct{pair}")
-            o = bench("--label", label, "--output-dir", str(out))[1]
+            doc, o = bench(*cold)
         else:
-            o = bench("--label", label, "--output-dir", str(out))[1]
+            doc, o = bench(*cold)
             d = direct_cell(run, out, root / f"direct{pair}")
+        engine = doc["cells"][0]["wall_s"]
         diffs.append(o - d)
         direct_walls.append(d)
-        print(f"pair {pair + 1}: ours {o:.2f} s, direct {d:.2f} s, overhead {o - d:+.2f} s", flush=True)
-    share = statistics.median(diffs) / statistics.median(direct_walls) * 100
-    print(f"runner overhead per cold cell: median {statistics.median(diffs):+.2f} s over a median direct cell of "
-          f"{statistics.median(direct_walls):.2f} s = {share:+.2f} % (goal <= 1 %)")
+        own.append(o - engine)
+        print(f"pair {pair + 1}: ours {o:.2f} s (engine process {engine:.2f} s, runner's own {o - engine:.2f} s), "
+              f"direct {d:.2f} s, difference {o - d:+.2f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+    direct = statistics.median(direct_walls)
+    print(f"paired difference per cold cell: median {statistics.median(diffs):+.2f} s over a median direct cell of "
+          f"{direct:.2f} s = {statistics.median(diffs) / direct * 100:+.2f} %")
+    print(f"runner's own time per cold cell: median {statistics.median(own):.2f} s = "
+          f"{statistics.median(own) / direct * 100:.2f} % of the median direct cell (goal <= 1 %)")
     return 0
 
 
