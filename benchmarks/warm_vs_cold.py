@@ -89,7 +89,8 @@ def campaign(args: argparse.Namespace, root: Path) -> int:
               f"A/A spread {spread_pct(e2e):.1f} %", flush=True)
     cold, warm = runs["cold"], runs["warm"]
     ratio = warm[1] / cold[1]
-    hashes = {mode: sorted({o["sha256"] for c in doc["cells"] for o in c["outputs"]}) for mode, (doc, _) in runs.items()}
+    hashes = {mode: sorted({o["sha256"] for c in doc["cells"] for o in c["outputs"]})
+              for mode, (doc, _) in runs.items()}
     identical = len({h for hs in hashes.values() for h in hs}) == 1
     values = {m: sorted(c["perf"]["e2e_ms"] for c in d["cells"]) for m, (d, _) in runs.items()}
     medians = {m: statistics.median(v) for m, v in values.items()}

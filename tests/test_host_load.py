@@ -14,7 +14,8 @@ def _with_spinner(window_s=0.6):
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        return spinner.pid, host_load.sample(window_s=window_s, busy_pct=5.0)  # 2 shared cores: a spinner may get little
+        # 2 shared cores: a spinner may get little
+        return spinner.pid, host_load.sample(window_s=window_s, busy_pct=5.0)
     finally:
         spinner.kill()
         spinner.wait(timeout=10)

@@ -242,8 +242,8 @@ def test_samples_repeat_each_slot_with_distinct_files(tmp_path):
 def _round_cells(changes_pct, noise=(0.0, 0.0)):
     cells = []
     for r, change in enumerate(changes_pct, start=1):
-        for arm, value in (("A", 100.0 + noise[0]), ("B", 100.0 * (1 + change / 100)), ("B", 100.0 * (1 + change / 100)),
-                           ("A", 100.0 - noise[0])):
+        changed = 100.0 * (1 + change / 100)
+        for arm, value in (("A", 100.0 + noise[0]), ("B", changed), ("B", changed), ("A", 100.0 - noise[0])):
             cells.append(Cell(index=len(cells), arm=arm, round=r, status="valid", perf={"e2e_ms": value}))
     return cells
 

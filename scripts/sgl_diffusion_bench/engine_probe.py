@@ -11,8 +11,9 @@ Two probe methods, best first:
 The argparse probe also reads the engine's quality levels and aliases (``sampling_params.QUALITY_LEVELS`` and
 ``QUALITY_ALIASES`` where the release has them), and which flags are per-request: those ``SamplingParams.add_cli_args``
 adds (the engine hands them to ``DiffGenerator.generate`` per call) plus the generate command's own per-call
-``--perf-dump-path`` and ``--output-file-path``; the static method takes them from ``sampling_params.py``. Its result is cached under ``<work root>/.cache/`` keyed by the
-engine interpreter, version, package path and the sources' mtimes. When the parser cannot be imported the probe is
+``--perf-dump-path`` and ``--output-file-path``; the static method takes them from ``sampling_params.py``. Its
+result is cached under ``<work root>/.cache/`` keyed by the engine interpreter, version, package path and the
+sources' mtimes. When the parser cannot be imported the probe is
 **degraded**: it names the missing module and what to install, it is never cached, and callers refuse it unless
 they asked to accept a degraded probe (``--accept-degraded-probe``).
 """
@@ -245,8 +246,8 @@ def recent_engine_capabilities() -> EngineCapabilities:
     for tests and for dry runs that target a newer engine than the installed one. Not a probe result."""
     return EngineCapabilities(
         version="main", package_dir=None, method="builtin", flags=frozenset(_RECENT_FLAGS.split()),
-        choices={"--quality": ("exact", "lossless", "high", "extra-high"), "--warmup-mode": ("off", "request", "server"),
-                 "--backend": ("auto", "sglang", "diffusers"),
+        choices={"--quality": ("exact", "lossless", "high", "extra-high"),
+                 "--warmup-mode": ("off", "request", "server"), "--backend": ("auto", "sglang", "diffusers"),
                  "--performance-mode": ("manual", "auto", "speed", "memory")},
         profiler_dir_env=(PROFILER_ENV_DIFFUSION, PROFILER_ENV_GENERIC), profiler_dir_env_source="builtin",
         quality_levels=("exact", "lossless", "high"), quality_aliases={"extra-high": "lossless"},
@@ -340,7 +341,8 @@ def _read_cache(path: Path, key: str) -> EngineCapabilities | None:
 def _write_cache(path: Path, key: str, caps: EngineCapabilities) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fileio.atomic_write_text(path, json.dumps({"key": key, "engine": caps.to_json()}, indent=2, sort_keys=True) + "\n")
+        document = {"key": key, "engine": caps.to_json()}
+        fileio.atomic_write_text(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
     except OSError:
         pass  # an unwritable cache only costs a re-probe next time
 

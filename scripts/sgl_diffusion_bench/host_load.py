@@ -2,8 +2,9 @@
 
 A benchmark cell on a CPU shared with other jobs can swing by 100x (this bundle's own A/A on a 2-core machine shared
 by seven sessions saw 36 ms and 3.5 s cells). The runner samples the host at each cell's start and end; a cell is
-flagged ``contended`` when another process (anything but this tool; no engine of ours runs at a boundary) used at least BUSY_PCT of one
-core over the short sampling window. Flagged, not invalidated: on a GPU run host noise rarely matters; on a CPU run
+flagged ``contended`` when another process (anything but this tool; the processes are listed before the cell's engine
+starts or after it ended, so it is never among them) used at least BUSY_PCT of one core over the short sampling
+window. Flagged, not invalidated: on a GPU run host noise rarely matters; on a CPU run
 it does, and the report says how many cells ran contended so nobody reads their spread as the change's.
 """
 

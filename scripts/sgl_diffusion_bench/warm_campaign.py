@@ -83,7 +83,8 @@ class WarmCampaign:
         request_flags = runner.engine.request_flags
         grouping = warm_grouping
         self.key_of_cell = grouping.group_by_engine([
-            grouping.engine_key(inv.argv[self.cli_len:], inv.config_content, request_flags, grouping.invocation_env(inv))
+            grouping.engine_key(inv.argv[self.cli_len:], inv.config_content, request_flags,
+                                grouping.invocation_env(inv))
             for inv in runner.invocations])
         self.request_key_of_cell = [grouping.request_key(inv.argv[self.cli_len:], inv.config_content, request_flags)
                                     for inv in runner.invocations]
@@ -102,7 +103,8 @@ class WarmCampaign:
     # -- engines -------------------------------------------------------------------------------------------------
 
     def _arms_of(self, key_index: int) -> list[str]:
-        return list(dict.fromkeys(c.arm for c, k in zip(self.runner.cells, self.key_of_cell, strict=True) if k == key_index))
+        pairs = zip(self.runner.cells, self.key_of_cell, strict=True)
+        return list(dict.fromkeys(c.arm for c, k in pairs if k == key_index))
 
     def _start(self, key_index: int) -> EngineStart:
         runner = self.runner
