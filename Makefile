@@ -33,7 +33,7 @@ test: setup
 
 # The tests that run the real engine, against the release ENGINE selects.
 test-engine: setup
-	$(PY) -m pytest -q -m engine
+	$(PY) -m pytest -q -n 2 -m engine
 
 selftest: setup
 	for s in scripts/*.py; do $(PY) $$s --self-test || exit 1; done
