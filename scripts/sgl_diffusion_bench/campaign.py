@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from . import contract
+from . import contract, engine_args
 
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))
@@ -44,16 +44,14 @@ def arm_request_fields(arm_args: Sequence[str], fields: Sequence[str]) -> tuple[
     for a field in ``fields``), which replace the preset's value for that arm as ``--override`` does for every arm,
     and the other flags, passed on as given."""
     flag_field = {f"--{f.replace('_', '-')}": f for f in fields}
-    overrides, rest, i = [], [], 0
-    while i < len(arm_args):
-        flag, eq, value = arm_args[i].partition("=")
-        has_next = not eq and i + 1 < len(arm_args) and not arm_args[i + 1].startswith("--")
-        if flag in flag_field and (eq or has_next):
-            overrides.append(f"{flag_field[flag]}={value if eq else arm_args[i + 1]}")
-            i += 1 if eq else 2
-            continue
-        rest.append(arm_args[i])
-        i += 1
+    overrides: list[str] = []
+    rest: list[str] = []
+    for flag, values, tokens in engine_args.split_flags(arm_args):
+        if flag in flag_field and values:
+            overrides.append(f"{flag_field[flag]}={values[0]}")
+            rest.extend(values[1:])  # tokens past the field's one value stay as given
+        else:
+            rest.extend(tokens)
     return overrides, rest
 
 

@@ -51,6 +51,21 @@ def flag_values(argv: Sequence[str], flag: str) -> list[str]:
     return values
 
 
+def split_flags(args: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
+    """(flag, values, original tokens) for ``--k=v``, ``--k v1 v2`` and bare ``--k``, in order."""
+    pairs: list[tuple[str, list[str], list[str]]] = []
+    for token in args:
+        if token.startswith("--"):
+            flag, eq, value = token.partition("=")
+            pairs.append((flag, [value] if eq else [], [token]))
+        elif pairs:
+            pairs[-1][1].append(token)
+            pairs[-1][2].append(token)
+        else:
+            pairs.append((token, [], [token]))
+    return pairs
+
+
 def requests_bcg(argv: Sequence[str]) -> bool:
     """True when the last ``--enable-breakable-cuda-graph`` in ``argv`` is on (bare, or any value but false/0/no)."""
     values = flag_values(argv, BCG_FLAG)
