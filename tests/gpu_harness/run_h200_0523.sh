@@ -4,7 +4,7 @@
 # machine lacks and sglang-0.5.23-slim.tar.xz (see tests/fixtures/gpu-h200-0.5.23/README.md):
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
-# PARTS="campaign profile reference replay" (default: all) picks what the pipeline runs after the set-up.
+# PARTS="campaign profile reference replay warmcold" (default: all) picks what the pipeline runs after the set-up.
 # The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
@@ -50,7 +50,7 @@ pipeline() {
     [ -f "$MODEL/model_index.json" ] || step build 300 python3 tests/gpu_harness/build_flux_dev_shaped.py "$MODEL" "$tiny"
     step inspect 200 python3 scripts/diffusion_skill_env.py inspect --json
     step probe 200 python3 scripts/bench_diffusion_denoise.py --probe-engine --json
-    has() { case " ${PARTS:-campaign profile reference replay} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+    has() { case " ${PARTS:-campaign profile reference replay warmcold} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     # 1. ours: eager vs BCG, A/B/B/A x 2, warm engines, isolated model cache with its cleanup ledger
     has campaign && step campaign 1500 python3 scripts/bench_diffusion_denoise.py --model flux-1gpu --model-path "$MODEL" \
         --override num_inference_steps="$STEPS" --campaign abba --rounds 2 --engine warm --label h200warm \
@@ -80,13 +80,20 @@ pipeline() {
     has replay && step replay 900 python3 scripts/bench_diffusion_denoise.py --bcg-replay --model flux-1gpu --model-path "$MODEL" \
         --override num_inference_steps=8 --label h200replay --output-dir /tmp/replay --cell-timeout-s 600 --json \
         "--extra-args=--attention-backend torch_sdpa"
+    # 5. warm against cold: the same eager A/A request on one resident engine, then on one engine process per cell
+    for mode in $(has warmcold && echo warm cold); do
+        step "aa-$mode" 900 python3 scripts/bench_diffusion_denoise.py --model flux-1gpu --model-path "$MODEL" \
+            --override num_inference_steps="$STEPS" --campaign aa --rounds "${AA_ROUNDS:-1}" --engine "$mode" \
+            --label "h200aa-$mode" --output-dir /tmp/aa --cell-timeout-s 600 --report --json \
+            "--extra-args=--attention-backend torch_sdpa"
+    done
     stamp pipeline.end
 }
 
 collect() {
     nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
     ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
-        $(ls -d bench prof ref replay mc 2>/dev/null) 2>/dev/null )
+        $(ls -d bench prof ref replay mc aa 2>/dev/null) 2>/dev/null )
     ( cd /tmp && find bench -name '*.png' 2>/dev/null | sort | head -2 | tar czf "$OUT/png.tgz" -T - 2>/dev/null )
     cp "$EV/steps.txt" "$OUT/steps.txt" 2>/dev/null
     ls -la "$OUT" >&2
@@ -99,7 +106,7 @@ hold() {
     echo "[h200] hold ends at ${SECONDS}s; pipeline $(kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null \
         && echo still running || echo finished)" >&2
     tail -n 40 "$EV/steps.txt" >&2
-    grep -h "^\[cell\|^\[engine\|verdict" "$EV/campaign.err" 2>/dev/null | tail -20 >&2
+    grep -h "^\[cell\|^\[engine\|verdict" "$EV"/campaign.err "$EV"/aa-*.err 2>/dev/null | tail -20 >&2
     collect
 }
 
@@ -107,7 +114,7 @@ case "${1:-}" in
     start)
         if ! kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null; then
             export -f pipeline
-            export EV STEPS MODEL PARTS
+            export EV STEPS MODEL PARTS AA_ROUNDS
             setsid nohup bash -c pipeline >"$EV/pipeline.log" 2>&1 </dev/null &
             echo $! >/tmp/pipeline.pid
         fi
