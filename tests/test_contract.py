@@ -58,3 +58,13 @@ def test_own_output_failing_its_schema_is_an_internal_error():
 def test_redact_removes_secret_values(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secretvalue123")
     assert "hf_secretvalue123" not in contract.dumps({"schema": "x.v1", "note": "token hf_secretvalue123"})
+
+
+def test_prepare_validator_builds_it_on_a_thread_the_caller_does_not_wait_for():
+    contract.validator.cache_clear()
+    builder = contract.prepare_validator("bench-report.v1")
+    assert builder.daemon and builder.name == "prepare-bench-report.v1"
+    builder.join(60)
+    assert not builder.is_alive() and contract.validator.cache_info().currsize == 1
+    assert contract.validator("bench-report.v1").schema["$id"].endswith("bench-report.v1.schema.json")
+    assert contract.validator.cache_info().hits >= 1  # the caller gets the one the thread built

@@ -54,6 +54,25 @@ def test_run_to_completion_logs_every_line_and_echoes(tmp_path):
     assert seen == ["first", "to stderr", "last"] and echo.getvalue().splitlines() == seen
 
 
+def test_on_started_runs_once_with_the_pid_while_the_process_runs(tmp_path):
+    """The caller's own work (the report validator) overlaps the engine: the child waits for what on_started does."""
+    flag, pids = tmp_path / "started", []
+
+    def started(pid: int) -> None:
+        pids.append(pid)
+        flag.touch()
+    run = engine_process.run_engine(script(f"""
+        import os, pathlib, sys, time
+        deadline = time.monotonic() + 20
+        while not pathlib.Path({str(flag)!r}).exists():
+            if time.monotonic() > deadline:
+                sys.exit("on_started never ran")
+            time.sleep(0.01)
+        print(os.getpid(), os.getpgid(0))
+    """), dict(os.environ), tmp_path / "log.txt", on_started=started)
+    assert run.returncode == 0 and run.log_path.read_text().split() == [str(pids[0])] * 2 and len(pids) == 1
+
+
 def test_stop_on_line_stops_at_once_and_keeps_later_lines(tmp_path):
     run = engine_process.run_engine(script("""
         import signal, sys, time

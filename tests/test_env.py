@@ -216,3 +216,11 @@ def test_campaign_devices_lease_idle_gpus_or_the_callers_choice(tmp_path):
         with gpu.campaign_devices(1, "t", inventory, environ={"CUDA_VISIBLE_DEVICES": "7"}, lock_dir=tmp_path):
             pass
     assert info.value.code == "gpu.visible_devices"
+
+
+def test_dist_version_matches_the_installed_metadata_and_is_none_when_absent():
+    import importlib.metadata
+
+    assert env.dist_version("jsonschema") == importlib.metadata.version("jsonschema")
+    assert env.dist_version("no-such-distribution-here") is None
+    assert env.sglang_location() is not env.sglang_location()  # callers get copies of the one lookup

@@ -59,3 +59,22 @@ def test_a_sample_lists_processes_when_started_so_it_can_overlap_the_engine_star
             if spinner is not None:
                 spinner.kill()
                 spinner.wait(timeout=10)
+
+
+def test_a_sample_at_the_end_leaves_the_winding_down_engine_group_out_but_not_others():
+    """At a cell's end the window runs while the engine shuts down: its process group (its own session, as
+    engine_process starts it) is left out, a foreign busy process is still named."""
+    from sgl_diffusion_bench import engine_process
+
+    engine = engine_process.spawn_group([sys.executable, "-c", "while True: pass"])
+    foreign = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        pids = [p["pid"] for p in host_load.start_sample(window_s=0.6, busy_pct=5.0,
+                                                         exclude_group=engine.pid)()["busy_processes"]]
+        assert foreign.pid in pids and engine.pid not in pids, pids
+        assert engine.pid in [p["pid"] for p in host_load.sample(window_s=0.6, busy_pct=5.0)["busy_processes"]]
+    finally:
+        for spinner in (engine, foreign):
+            spinner.kill()
+            spinner.wait(timeout=10)

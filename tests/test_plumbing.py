@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from sgl_diffusion_bench import contract, datafile, fileio, hf_settings
+from sgl_diffusion_bench import contract, datafile, fileio, hf_settings, paths
 
 
 def test_sha256_streams_files_larger_than_one_chunk(tmp_path):
@@ -42,6 +42,36 @@ def test_data_file_reader_has_one_code_for_every_failure(tmp_path):
             datafile.load(path, "assets.v1")
         assert info.value.code == datafile.DATA_FILE_INVALID and words in info.value.message
         assert str(path) in info.value.message and info.value.exit_code == contract.ExitCode.USAGE
+
+
+def test_a_data_file_found_valid_is_read_back_unchecked_until_its_bytes_change(tmp_path, monkeypatch):
+    """The checked copy saves every later run the YAML parse and the schema check (~0.25 s); it never hides an edit."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "assets.yaml"
+    valid = {"schema": "assets.v1", "assets": []}
+    path.write_text("schema: assets.v1\nassets: []\n")
+    assert datafile.load(path, "assets.v1") == valid
+    copies = list((tmp_path / "cache" / paths.DIST_NAME / datafile.CHECKED_DIR).iterdir())
+    assert copies == [datafile.checked_copy(path.read_text(), "assets.v1")]
+    assert json.loads(copies[0].read_text()) == valid
+
+    def not_again(*_args, **_kwargs):
+        raise AssertionError("parsed or checked again for bytes already found valid")
+    with monkeypatch.context() as patched:
+        patched.setattr(datafile, "schema_problems", not_again)
+        patched.setattr(datafile.yaml, "load", not_again)
+        assert datafile.load(path, "assets.v1") == valid
+    path.write_text(json.dumps({"schema": "assets.v1", "assets": [{"id": "x", "filename": 3}]}))  # an edit
+    with pytest.raises(contract.InputError) as info:
+        datafile.load(path, "assets.v1")
+    assert "assets[0] (id='x')" in info.value.message
+    assert datafile.checked_copy(path.read_text(), "presets.v1") != datafile.checked_copy(path.read_text(), "assets.v1")
+    # A damaged copy is parsed and checked again (and replaced); a cache that cannot be written costs the check only.
+    path.write_text("schema: assets.v1\nassets: []\n")
+    copies[0].write_text("{not json")
+    assert datafile.load(path, "assets.v1") == valid and json.loads(copies[0].read_text()) == valid
+    monkeypatch.setenv("XDG_CACHE_HOME", str(path))  # a file: no directory can be made below it
+    assert datafile.load(path, "assets.v1") == valid
 
 
 HUB_OFFLINE_PROBE = """

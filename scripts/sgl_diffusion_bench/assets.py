@@ -13,9 +13,7 @@ import json
 import os
 import shutil
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -103,6 +101,8 @@ def write_lock(assets_dir: Path, entries: Mapping[str, Mapping[str, str]]) -> Pa
 
 
 def _http_download(url: str, dest: Path) -> None:
+    import urllib.request  # with http.client and ssl, ~30 ms that a benchmark run without downloads never needs
+
     request = urllib.request.Request(url, headers={"User-Agent": "sglang-diffusion-benchmark-profile"})
     with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out:
         shutil.copyfileobj(response, out, CHUNK_BYTES)

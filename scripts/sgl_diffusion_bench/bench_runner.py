@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_mode, engine_process, env,
                fileio, host_load, log_markers, model_cache, presets, report, request_path, run_claim, run_record,
                sequential, stats, validity, warm_campaign)
-from .cell import Cell
+from .cell import Cell, Report
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .run_record import reproduce_command  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
@@ -32,6 +32,7 @@ from .presets import Preset
 DEFAULT_CELL_TIMEOUT_S = 3600.0
 REPORT_SUFFIX = ".bench-report.json"
 TOOL = "bench_diffusion_denoise"
+REPORT_SCHEMA = Report.SCHEMA
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,7 +339,7 @@ class CampaignRunner:
             gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
             output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
             echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.foreign_check,
-            observe=facts.feed)
+            observe=facts.feed, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA))  # built while it runs
         cell.engine_run = facts.to_json()
         if adapter is not None:
             self.adapter = adapter
@@ -377,7 +378,7 @@ class CampaignRunner:
         if self.settings.stopping is not None:  # the rounds the campaign kept, not the budget
             rounds = max((c.round for c in self.cells if c.round is not None), default=rounds)
         doc = contract.envelope(
-            "bench-report.v1", TOOL, ok=ok,
+            REPORT_SCHEMA, TOOL, ok=ok,
             campaign={"mode": self.plan.mode, "preset": self.preset.name, "label": self.settings.label,
                       "rounds": rounds, "threshold_pct": self.settings.threshold_pct,
                       "primary_metric": self.settings.primary_metric, "baseline_arm": self.plan.baseline_arm,

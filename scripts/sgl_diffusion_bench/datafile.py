@@ -3,19 +3,29 @@
 Every way a data file can be unusable (unreadable, not YAML, not matching its schema) is one error code,
 ``input.data_file_invalid``, with a message naming the file and the entry. Rules a schema cannot express stay with
 the module that owns the file and keep that module's codes.
+
+Every benchmark run reads the preset catalog and the log markers before it can refuse anything; parsing the YAML and
+checking it against the schema cost ~0.25 s (and jsonschema's import), about half of the runner's own time per cold
+CPU cell. So a file once found valid is kept, parsed, as JSON in the user's cache under a digest of its text, its
+schema and the jsonschema install: the same bytes are read back from there, and any edit, schema change or jsonschema
+upgrade is parsed and checked in full. A cache that cannot be read or written only costs the check.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import contract
+from . import contract, fileio, paths
 
 DATA_FILE_INVALID = "input.data_file_invalid"
 MAX_PROBLEMS_SHOWN = 8
+CHECKED_DIR = "checked-data-files"  # under paths.user_cache_dir(): <digest>.json, a document found valid
 # libyaml's safe loader where PyYAML was built with it: the same documents and errors, 30 times faster on the
 # preset catalog, which every benchmark run reads before it can refuse anything.
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -25,16 +35,52 @@ def load(path: Path, schema_id: str) -> Any:
     """The parsed document at ``path``, valid against ``schema_id``; raises InputError(DATA_FILE_INVALID)."""
     hint = f"fix {path.name} so it follows schemas/{schema_id}.schema.json (or restore it from the bundle)"
     try:
-        document = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise contract.InputError(DATA_FILE_INVALID, f"cannot read {path}: {exc.strerror or exc}", hint) from exc
+    copy = checked_copy(text, schema_id)
+    if copy is not None:
+        try:
+            return json.loads(copy.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # no copy yet, or a damaged one: parse and check
+    try:
+        document = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise contract.InputError(DATA_FILE_INVALID, f"{path} is not valid YAML: {exc}", hint) from exc
     problems = schema_problems(document, schema_id)
     if problems:
         raise contract.InputError(DATA_FILE_INVALID, f"{path} does not match {schema_id}: "
                                   + "; ".join(problems[:MAX_PROBLEMS_SHOWN]), hint, details={"problems": problems})
+    if copy is not None:
+        _keep(copy, document)
     return document
+
+
+def _keep(copy: Path, document: Any) -> None:
+    """Write the checked copy when JSON holds the document exactly (YAML may have keys or values JSON cannot)."""
+    try:
+        as_json = json.dumps(document, sort_keys=True)
+        if json.loads(as_json) == document:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            fileio.atomic_write_text(copy, as_json)
+    except (TypeError, ValueError, OSError):
+        pass  # not JSON-exact, or an unwritable cache: the next run parses and checks the file again
+
+
+def checked_copy(text: str, schema_id: str) -> Path | None:
+    """Where a parsed copy of this text, found valid against this schema under this jsonschema install (its package
+    file's path and mtime: an upgrade rewrites it), is kept; None when the schema cannot be read or jsonschema is
+    not installed (then the file is always checked)."""
+    spec = importlib.util.find_spec("jsonschema")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        key = b"\0".join([schema_id.encode(), contract.schema_path(schema_id).read_bytes(),
+                          f"{spec.origin}@{os.stat(spec.origin).st_mtime_ns}".encode(), text.encode("utf-8")])
+    except OSError:
+        return None
+    return paths.user_cache_dir() / CHECKED_DIR / f"{fileio.sha256_bytes(key)}.json"
 
 
 def schema_problems(document: Any, schema_id: str) -> list[str]:

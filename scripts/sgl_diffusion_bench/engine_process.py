@@ -135,10 +135,13 @@ def stop_group(process: subprocess.Popen) -> None:
 
 def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                on_line: Callable[[str], str | None] | None = None, timeout_s: float | None = None,
-               echo: TextIO | None = None, cwd: Path | None = None) -> EngineRun:
+               echo: TextIO | None = None, cwd: Path | None = None,
+               on_started: Callable[[int], None] | None = None) -> EngineRun:
     """Run ``argv`` to completion, or until ``on_line`` returns a reason, ``timeout_s`` passes, or Ctrl-C.
 
-    Lines the engine prints while it is being stopped are still logged (not passed to ``on_line``).
+    Lines the engine prints while it is being stopped are still logged (not passed to ``on_line``). ``on_started``
+    is called with the process id (also its process group's) once it runs: the caller's own work started there
+    overlaps the engine's start.
     """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +166,8 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
 
         timer = threading.Timer(timeout_s, request_stop, (TIMEOUT_REASON, None)) if timeout_s is not None else None
         try:
+            if on_started is not None:
+                on_started(process.pid)
             if timer:
                 timer.daemon = True
                 timer.start()

@@ -6,6 +6,7 @@ seconds and can fail in ways that are themselves findings.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -34,15 +35,18 @@ def find_sglang_checkout(start: Path = paths.CHECKOUT_ROOT) -> Path | None:
 
 def sglang_location() -> dict[str, Any]:
     """Where the importable sglang is, and whether it is a source checkout or an installed package."""
+    return dict(_sglang_location())
+
+
+@functools.lru_cache(maxsize=1)
+def _sglang_location() -> dict[str, Any]:
+    """Looked up once per process (the work root, the repo root and the probe each ask; ~7 ms a time)."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.origin:
         return {"installed": False, "package_dir": None, "version": None, "checkout_root": None,
                 "reason": "sglang is not importable in this Python (" + sys.executable + ")"}
     package_dir = Path(spec.origin).resolve().parent
-    try:
-        version = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        version = None
+    version = dist_version("sglang")
     checkout = package_dir.parents[1] if package_dir.parent.name == "python" and \
         (package_dir.parents[1] / ".git").exists() else None
     return {"installed": True, "package_dir": str(package_dir), "version": version,
@@ -107,7 +111,10 @@ def check_write_access() -> Path:
     return probe
 
 
-def _dist_version(name: str) -> str | None:
+@functools.lru_cache(maxsize=None)
+def dist_version(name: str) -> str | None:
+    """An installed distribution's version, None when absent; looked up once per process (each lookup scans every
+    site directory, ~5 ms)."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -131,7 +138,7 @@ def torch_info(import_torch: bool = True, gpus_seen: bool = False) -> dict[str, 
     ``import_torch=False`` (a benchmark run's record, which must not pay seconds of torch import per campaign):
     the CUDA build comes from torch/version.py read as text, CUDA availability from NVML (``gpus_seen``), NCCL stays
     unknown."""
-    info: dict[str, Any] = {"version": _dist_version("torch"), "cuda_build": None, "cuda_available": False,
+    info: dict[str, Any] = {"version": dist_version("torch"), "cuda_build": None, "cuda_available": False,
                             "nccl": None}
     if info["version"] is None:
         return info
@@ -220,8 +227,8 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
         versions={"python": sys.version.split()[0], "python_executable": sys.executable,
                   "torch": torch["version"], "torch_cuda_build": torch["cuda_build"],
                   "cuda_available": torch["cuda_available"], "sglang": location["version"],
-                  "diffusers": _dist_version("diffusers"), "transformers": _dist_version("transformers"),
-                  "triton": _dist_version("triton"), "nccl": torch["nccl"], "driver": inventory.driver_version},
+                  "diffusers": dist_version("diffusers"), "transformers": dist_version("transformers"),
+                  "triton": dist_version("triton"), "nccl": torch["nccl"], "driver": inventory.driver_version},
         gpus=[dict(g.to_json(), leased_by=leased[g.uuid]) for g in inventory.gpus],
         gpus_reason=inventory.reason,
         env={name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},

@@ -1,4 +1,5 @@
-"""File primitives every module shares: a streamed sha256, an atomic write and the free space of a path.
+"""File primitives every module shares: a streamed sha256 (and one of bytes), an atomic write and the free space of a
+path.
 
 One copy of each, so a 340 MB trace is never read into memory to be hashed and a reader never sees half a file.
 """
@@ -20,6 +21,11 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    """The sha256 of bytes already in memory (a cache key, a small document)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -31,14 +31,15 @@ def sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: fl
     return start_sample(exclude, window_s, busy_pct)()
 
 
-def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT
-                 ) -> Callable[[], dict[str, Any]]:
+def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT,
+                 exclude_group: int | None = None) -> Callable[[], dict[str, Any]]:
     """``sample`` without waiting for its window: the processes are listed now, measured over the next
     ``window_s`` on a thread; the returned getter waits for the result. A process started after this call (the
-    engine a cold cell spawns next) is not among them, so the window may overlap the engine's start or the
-    judging of a request: only the machine-wide CPU % then includes that work of ours."""
+    engine a cold cell spawns next) is not among them, nor one in process group ``exclude_group`` (an engine of
+    ours winding down), so the window may overlap the engine's start, its shutdown or the judging of a request:
+    only the machine-wide CPU % then includes that work of ours."""
     result: dict[str, Any] = {}
-    measure = _prime(exclude, window_s, busy_pct)
+    measure = _prime(exclude, window_s, busy_pct, exclude_group)
     thread = threading.Thread(target=lambda: result.update(measure()), name="host-sample", daemon=True)
     thread.start()
 
@@ -48,16 +49,19 @@ def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_p
     return get
 
 
-def _prime(exclude: Iterable[int], window_s: float, busy_pct: float) -> Callable[[], dict[str, Any]]:
+def _prime(exclude: Iterable[int], window_s: float, busy_pct: float,
+           exclude_group: int | None = None) -> Callable[[], dict[str, Any]]:
     excluded = {os.getpid(), *exclude}
     procs = []
     for proc in psutil.process_iter(["pid", "name"]):
         if proc.pid in excluded:
             continue
         try:
+            if exclude_group is not None and os.getpgid(proc.pid) == exclude_group:
+                continue
             proc.cpu_percent(None)  # prime: the next call measures the window
             procs.append(proc)
-        except psutil.Error:
+        except (psutil.Error, ProcessLookupError):  # gone since it was listed
             continue
     psutil.cpu_percent(None)
     began = time.monotonic()

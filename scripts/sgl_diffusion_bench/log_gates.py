@@ -156,6 +156,11 @@ class RequestLogGate:
     def stop_reason(self) -> str | None:
         return self._stop_reason
 
+    @property
+    def metrics_dumped(self) -> bool:
+        """The engine said it wrote the request's perf dump: the request is done, the process winds down."""
+        return bool(self._lists["metrics"])
+
     def feed(self, line: str) -> str | None:
         """Take one log line; return a stop-reason code the first time a line means the run must stop now."""
         self._line_no += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,7 +10,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
 # scripts/sgl_diffusion_bench/ -> the bundle checkout (SKILL.md, schemas/, tests/ live there).
 CHECKOUT_ROOT = PACKAGE_DIR.parents[1]
-INSTALLED_SHARE = Path(sys.prefix) / "share" / "sglang-diffusion-benchmark-profile"
+DIST_NAME = "sglang-diffusion-benchmark-profile"
+INSTALLED_SHARE = Path(sys.prefix) / "share" / DIST_NAME
 
 
 def bundle_root() -> Path:
@@ -25,3 +27,9 @@ def schema_dir() -> Path:
 
 def is_checkout() -> bool:
     return (CHECKOUT_ROOT / "schemas").is_dir() and (CHECKOUT_ROOT / "pyproject.toml").is_file()
+
+
+def user_cache_dir() -> Path:
+    """This user's cache for the bundle's own bookkeeping ($XDG_CACHE_HOME, else ~/.cache): nothing in it is needed,
+    everything in it can be rebuilt."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / DIST_NAME

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -23,6 +21,9 @@ DISK_HEADROOM_BYTES = 2 * 1024 ** 3  # room for outputs, traces and a partial do
 def hub_reachability(environ: Mapping[str, str], timeout_s: float = DEFAULT_HUB_TIMEOUT_S) -> dict[str, Any]:
     """Ask the hub endpoint (HF_ENDPOINT, else huggingface_hub's default) with a short timeout; any HTTP answer,
     even an error status, means it is reachable. Offline settings are reported, not overridden."""
+    import urllib.error
+    import urllib.request  # with http.client and ssl, ~30 ms: only this check needs them
+
     from huggingface_hub import constants
 
     endpoint = environ.get("HF_ENDPOINT") or constants.ENDPOINT

@@ -113,31 +113,48 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
              gate: log_gates.RequestLogGate, perf_dump_path: Path, output_dir: Path, output_stem: str,
              task: str | None, timeout_s: float | None, echo: TextIO | None = None,
              foreign_check: Callable[[], list[dict[str, Any]]] | None = None,
-             observe: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+             observe: Callable[[str], None] | None = None,
+             on_started: Callable[[], None] | None = None) -> dict[str, Any] | None:
     """One `sglang generate` process, start to exit, judged into ``cell`` (campaign cells and profiled runs alike).
 
-    ``observe`` sees every line too (the engine's effective settings). Returns the CPU adapter's record of the run
-    (None when the adapter printed nothing)."""
+    ``observe`` sees every line too (the engine's effective settings); ``on_started`` is called once the engine
+    process runs. Returns the CPU adapter's record of the run (None when the adapter printed nothing).
+
+    The host is sampled at both ends: its window overlaps the engine's start (whose processes do not exist yet) and,
+    once the engine says it dumped the request's metrics, the engine's shutdown (its process group left out), so
+    nobody waits for the 0.1 s window after the exit (the tiny CPU engine takes 1-9 s to shut down after that line)."""
     before = foreign_check() if foreign_check else []
-    host_before = host_load.start_sample()  # its window overlaps the engine's start, which it does not measure
+    host_before = host_load.start_sample()
     adapter_lines: list[str] = []
+    engine_group: list[int] = []
+    host_after: list[Callable[[], dict[str, Any]]] = []
+
+    def started(pid: int) -> None:
+        engine_group.append(pid)
+        if on_started is not None:
+            on_started()
 
     def on_line(line: str) -> str | None:
         if sgl_cpu_adapter.TAG in line:
             adapter_lines.append(line)
         if observe is not None:
             observe(line)
-        return gate.feed(line)
+        stop = gate.feed(line)
+        if gate.metrics_dumped and not host_after:
+            host_after.append(host_load.start_sample(exclude_group=engine_group[0]))
+        return stop
 
     cell.started_at = contract.utc_now()
     cell.log_path = str(run_dir / "engine.log")
     run = engine_process.run_engine(list(argv), env, run_dir / "engine.log", on_line=on_line, timeout_s=timeout_s,
-                                    echo=echo, cwd=run_dir)  # the engine records the git commit of its cwd
+                                    echo=echo, cwd=run_dir,  # the engine records the git commit of its cwd
+                                    on_started=started)
     after = foreign_check() if foreign_check else []
-    host_after = host_load.start_sample()  # its window overlaps the judging below
+    if not host_after:  # no metrics line (a failed or stopped run): the window overlaps the judging below
+        host_after.append(host_load.start_sample())
 
     def boundary() -> Boundary:
-        return Boundary(foreign_check is not None, before, after, host_before(), host_after())
+        return Boundary(foreign_check is not None, before, after, host_before(), host_after[0]())
 
     adapter = sgl_cpu_adapter.summarize(adapter_lines)
     # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.

@@ -8,7 +8,6 @@ hand-made tokenizer vocabulary), and atomic: built in a temporary sibling direct
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -32,10 +31,7 @@ T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
 def transformers_tag() -> str:
     """The transformers release the tiny model is saved with: a model saved by one release's tokenizers may not load
     under an older one (0.5.23's transformers 5.19 vs 0.5.10.post1's 5.3), so each keeps its own copy."""
-    try:
-        return "transformers-" + importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
-        return "transformers-none"
+    return f"transformers-{env.dist_version('transformers') or 'none'}"
 
 
 def default_cache_dir() -> Path:
