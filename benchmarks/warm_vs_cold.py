@@ -16,27 +16,26 @@ may keep bytecode, as an installed bundle does, even where the caller's environm
   .venv/bin/python benchmarks/warm_vs_cold.py campaign --rounds 2
   .venv/bin/python benchmarks/warm_vs_cold.py overhead --pairs 4
 
-Measured 2026-12-01 on the 2-core CI-class machine shared with other sessions, sglang 0.5.23, tiny-flux-cpu.
-`campaign --rounds 2` (8 measured requests each; load average 2.3 at the start, 5.1 at the end):
-  warm: wall 91.1 s (its first run re-probed the engine, ~20 s); engine starts 1; engine wall 64.2 s, measured
-  requests (e2e) 2.41 s = 3.75 %; e2e median 226.9 ms
-  cold: wall 550.4 s; engine starts 8; engine wall 546.1 s, measured requests (e2e) 6.91 s = 1.27 %; e2e median
-  946.0 ms
-  wall ratio warm/cold 0.166; output hashes identical across both modes (b750d22f...); but the medians differ by
-  76 %: the first measured request of the warm engine (686 ms, flagged `differs`) is close to a cold cell's, the
-  others (median 190 ms) are faster. A cold cell measures the first request after the engine's own warmup; a warm
-  engine a steadier state. (The old range-based noise, 259 % here, said "agree"; it was set by that one request.)
-  An earlier run under load 6-15 gave ratio 0.101, medians cold 1193.8 ms vs warm 921.1 ms.
-`overhead --pairs 4` (load average 3.2 at the start, 0.6 at the end; 2.0-3.6 at the pairs):
-  ours 80.33 / 79.87 / 82.73 / 44.16 s, of which the runner's own 1.07 / 1.24 / 1.28 / 0.81 s; direct 75.42 /
-  80.06 / 81.68 / 48.85 s. Paired difference: median +0.43 s over a 77.74 s median direct cell = +0.55 %; the
-  runner's own time: median 1.15 s = 1.48 % (goal <= 1 %: not met by that stricter figure). Before the host samples
-  overlapped the engine's start and the judging (same machine, load 1.9-4.6, bytecode not kept): own 2.56 / 1.38 /
-  1.26 / 1.09 s, median 1.32 s = 2.40 % of a 55.11 s direct cell; the paired difference read -4.15 % there and
-  +16.15 % in a run at load 5-7, so on this machine only the own-time figure is stable. What the own time still
-  holds (cProfile, load 0.6): imports ~0.35 s, the data files' schema validation ~0.28 s (presets.yaml most),
-  jsonschema's import 0.15 s, building the runner 0.11 s, the after-sample's window 0.1 s, writing and checking
-  the report ~0.06 s.
+Measured 2026-12-01 on the 2-core CI-class machine, sglang 0.5.23, tiny-flux-cpu, nothing else running (load ~1).
+`campaign --rounds 2` (8 measured requests each; load 1.16 at the start, 1.00 at the end):
+  warm: wall 80.6 s; engine starts 1; engine wall 79.3 s, measured requests (e2e) 1.03 s = 1.30 %; e2e median
+  126.5 ms (111 112 115 126 127 130 148 160)
+  cold: wall 394.2 s; engine starts 8; engine wall 391.8 s, measured requests (e2e) 0.97 s = 0.25 %; e2e median
+  119.1 ms (105 113 115 118 120 123 127 146)
+  wall ratio warm/cold 0.204; output hashes identical across both modes (b750d22f...); medians 6.2 % apart inside
+  the 24.2 % interquartile noise: agree. The warm engine's first measured request (111 ms) was flagged `differs`
+  (-11 %, faster). Under load 2.3-5.1 (other sessions' test runs) the same campaign read cold 946.0 ms against warm
+  226.9 ms: a cold cell's one request suffers more from a busy host than a warm engine's. On the H200 the same
+  comparison (tests/fixtures/gpu-h200-0.5.23/warm-vs-cold, 28-step 1024x1024 FLUX.1-dev shape, rounds 1) gave
+  4227.8 ms warm vs 4226.1 ms cold, 0.04 % inside 0.72 % noise.
+`overhead --pairs 4` (load 0.6 at the start, 1.0 at the end; 0.95-1.00 at the pairs):
+  ours 48.83 / 46.86 / 51.31 / 50.64 s, of which the runner's own 0.40 / 0.41 / 0.51 / 0.42 s; direct 49.51 / 48.49 /
+  48.84 / 48.97 s. The runner's own time: median 0.42 s = 0.85 % of the 48.90 s median direct cell (goal <= 1 %:
+  met). Paired difference: median +0.49 s = +1.01 %, which the engine's own run-to-run swing (46-51 s) sets: it read
+  +7.2 % with the runner's own time at 0.65 s in the run before, -4.2 % and +16 % in older runs. Before this round
+  the own time was 0.65 s (1.40 %): parsing and schema-checking the data files before the engine started (~0.25 s,
+  now read back as checked JSON copies), jsonschema's import and the report validator (now built on a thread while
+  the engine runs), and the end-of-cell host sample's 0.1 s window (now taken during the engine's shutdown).
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
 def _runner(tmp_path: Path, label: str, model_path: Path, extra_args=(), caller_env=None):
     preset = presets.get_preset("tiny-flux-cpu")
     caps = engine_probe.probe_engine().capabilities
-    settings = bench_runner.CampaignSettings(label=label, output_root=tmp_path, extra_args=tuple(extra_args))
+    settings = bench_runner.CampaignSettings(label=label, output_root=tmp_path, extra_args=tuple(extra_args),
+                                             engine_mode="cold")  # these watch one engine process start to exit
     return bench_runner.CampaignRunner(preset, campaign.plan("single"), settings, caps, environment={},
                                        model_path=str(model_path), asset_filenames={},
                                        caller_env=caller_env, use_cpu_adapter=True)
@@ -90,7 +91,7 @@ def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path,
 
 @expects(OLDER_RELEASE)  # 0.5.23 fills b6 itself: switching the patch off breaks nothing there
 def test_exit_code_zero_without_output_is_an_invalid_cell(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "nooutput",
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "nooutput", "--engine", "cold",
                      "--output-dir", str(tmp_path), "--json", env={sgl_cpu_adapter.DISABLE_ENV: "b6"}, timeout=900)
     doc = run.document
     cell = doc["cells"][0]
@@ -99,25 +100,30 @@ def test_exit_code_zero_without_output_is_an_invalid_cell(tmp_path):
     assert any(r.startswith("artifacts.no_output") for r in cell["reasons"])
 
 
-def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path):
+@pytest.mark.parametrize("mode, interrupt_after, statuses", [
+    ("cold", "[cell 2/4]", ["valid", "interrupted", "skipped", "skipped"]),  # while the second engine process starts
+    ("warm", "[engine e1] starting", ["interrupted", "skipped", "skipped", "skipped"]),  # while the engine loads
+])
+def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path, mode, interrupt_after, statuses):
     env = dict(os.environ, HF_TOKEN=HF_TOKEN_CANARY)
     proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_denoise.py"), "--model", "tiny-flux-cpu",
-                             "--campaign", "aa", "--rounds", "1", "--label", "sigint", "--output-dir", str(tmp_path),
-                             "--model-cache-root", str(tmp_path / "cache"), "--cleanup-model-cache", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             "--campaign", "aa", "--rounds", "1", "--engine", mode, "--label", "sigint", "--output-dir",
+                             str(tmp_path), "--model-cache-root", str(tmp_path / "cache"), "--cleanup-model-cache",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stderr_lines = []
     for line in proc.stderr:
         stderr_lines.append(line)
-        if line.startswith("[cell 2/4]") and "starting" in line:
-            time.sleep(3)  # let the second engine start
+        if line.startswith(interrupt_after) and "starting" in line:
+            time.sleep(3)  # let the engine start
             proc.send_signal(signal.SIGINT)
             break
     stdout, rest = proc.communicate(timeout=120)
     assert proc.returncode == contract.ExitCode.INTERRUPTED, "".join(stderr_lines) + rest
     doc = json.loads(stdout)
     assert contract.validation_errors(doc) == [] and doc["schema"] == "bench-report.v1" and not doc["ok"]
-    assert [c["status"] for c in doc["cells"]] == ["valid", "interrupted", "skipped", "skipped"]
+    assert [c["status"] for c in doc["cells"]] == statuses and doc["engines"]["mode"] == mode
     assert Report.from_json(doc).to_json() == doc  # the typed model reads a real partial report losslessly
-    assert json.loads(Path(doc["plan"]["report_path"]).read_text())["cells"][1]["status"] == "interrupted"
+    assert [c["status"] for c in json.loads(Path(doc["plan"]["report_path"]).read_text())["cells"]] == statuses
     assert HF_TOKEN_CANARY not in stdout + rest
     # The isolated cache was removed in the runner's finally block, ledgered as interrupted and re-scanned.
     assert doc["cleanup"]["exit_reason"] == "interrupted" and doc["cleanup"]["residual"]["clean"]

@@ -332,13 +332,14 @@ def test_the_replay_sequence_on_the_real_engine_without_bcg(tmp_path):
 
 # -- which engine mode runs ----------------------------------------------------------------------------------------
 
-def test_cold_is_the_default_and_warm_is_refused_where_it_cannot_run():
+def test_warm_is_the_default_runs_cold_where_it_cannot_and_is_refused_there_when_asked():
     from sgl_diffusion_bench import contract, engine_mode, engine_probe
 
     recent = engine_probe.recent_engine_capabilities()
     plain, profiled = [_request(1)], [[*_request(1), "--profile"], _request(2)]
-    assert engine_mode.choose(None, recent, plain) == {"asked": None, "mode": "cold", "reason": "the default (cold)"}
+    assert engine_mode.choose(None, recent, plain) == {"asked": None, "mode": "warm", "reason": "the default (warm)"}
     assert engine_mode.choose("warm", recent, plain) == {"asked": "warm", "mode": "warm", "reason": "--engine warm"}
+    assert engine_mode.choose("cold", recent, plain) == {"asked": "cold", "mode": "cold", "reason": "--engine cold"}
     assert engine_mode.choose("cold", recent, profiled)["mode"] == "cold"
     for engine, argvs, why in ((recent, profiled, "torch profiler"),
                                (dataclasses.replace(recent, warm_entry=False), plain, "DiffGenerator"),
@@ -346,6 +347,9 @@ def test_cold_is_the_default_and_warm_is_refused_where_it_cannot_run():
         with pytest.raises(contract.PreconditionError) as refused:
             engine_mode.choose("warm", engine, argvs)
         assert refused.value.code == "engine.warm_unavailable" and why in refused.value.message
+        fallback = engine_mode.choose(None, engine, argvs)  # the default says why it runs cold
+        assert fallback["mode"] == "cold" and fallback["reason"].startswith("the default (warm) cannot run: ")
+        assert why in fallback["reason"]
 
 
 def test_the_plan_names_each_presets_engine_mode(tmp_path):
@@ -356,3 +360,6 @@ def test_the_plan_names_each_presets_engine_mode(tmp_path):
         {"preset": "tiny-flux-cpu", "asked": "warm", "mode": "warm", "reason": "--engine warm"}]
     refused = run_script("bench_diffusion_denoise", *common, "--extra-args=--profile", "--engine", "warm")
     assert refused.returncode == 3 and refused.document["refusals"][0]["code"] == "engine.warm_unavailable"
+    default = run_script("bench_diffusion_denoise", *common, "--extra-args=--profile")  # the default falls back
+    (mode,) = default.document["engine_modes"]
+    assert default.returncode == 0 and mode["mode"] == "cold" and "torch profiler" in mode["reason"]

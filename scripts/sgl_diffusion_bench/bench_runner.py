@@ -57,7 +57,7 @@ class CampaignSettings:
     cleanup_ledger: Path | None = None
     write_report: bool = False
     echo_engine: bool = False
-    engine_mode: str | None = "cold"  # cold: a process per cell; warm: resident engines; None: engine_mode.choose
+    engine_mode: str | None = None  # cold: a process per cell; warm: resident engines; None: engine_mode's default
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
     warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
     stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known

@@ -1,12 +1,16 @@
-"""Which engine mode a campaign runs: cold (one `sglang generate` process per cell, the default) or warm (resident
-engines serve the cells), and why; warm is refused where it cannot run.
+"""Which engine mode a campaign runs: warm (resident engines serve the cells, the default) or cold (one `sglang
+generate` process per cell), and why.
 
-Cold stays the default: on the real CPU engine warm gave the same output hashes at a sixth of the wall time, but its
-median request was 76 % faster than a cold cell's (a cold cell measures the first request after the engine's own
-warmup, a warm engine a steadier state), which is not the same measurement (benchmarks/warm_vs_cold.py). Warm cannot
-run when the engine does not serve generate through ``DiffGenerator`` (the warm driver builds one and answers
-``generate_cmd`` with it), when the capabilities do not say, or when a request asks for the engine's torch profiler
-(its traces are written per engine process: profile with profile_diffusion.py, which runs cold).
+Warm is the default because it measures the same request at a fraction of the wall time and engine starts. On the
+real CPU engine (benchmarks/warm_vs_cold.py, idle machine) a 2-round A/A gave identical output hashes, one engine start
+instead of eight, 0.20 of the wall time, and e2e medians 126.5 ms warm vs 119.1 ms cold, a 6.2 % gap inside the
+24 % interquartile noise of a 2-core CPU. On the H200 (tests/fixtures/gpu-h200-0.5.23/warm-vs-cold) a 28-step
+1024x1024 FLUX.1-dev-shaped A/A gave 4227.8 ms warm vs 4226.1 ms cold: 0.04 % inside 0.72 % noise, one output hash.
+(Under heavy load a cold cell's single request suffers more than a warm engine's: compare like with like, never a
+warm run with a cold one.) Where warm cannot run, the default falls back to cold and says why: when the engine does
+not serve generate through ``DiffGenerator`` (the warm driver builds one and answers ``generate_cmd`` with it), when
+the capabilities do not say, or when a request asks for the engine's torch profiler (its traces are written per
+engine process). Asked for by name, warm is refused there instead.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, Sequence
 from . import contract, engine_args
 
 MODES = ("cold", "warm")
-DEFAULT = "cold"
+DEFAULT = "warm"
 PROFILER_FLAGS = ("--profile", "--profile-all-stages", "--num-profiled-timesteps")
 
 
@@ -35,14 +39,19 @@ def warm_obstacle(engine: Any, argvs: Sequence[Sequence[str]]) -> str | None:
 
 
 def choose(asked: str | None, engine: Any, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """``{"asked", "mode", "reason"}`` for ``--engine`` as given (None: the default); warm is refused, before
-    anything runs, where it cannot run."""
+    """``{"asked", "mode", "reason"}`` for ``--engine`` as given (None: the default). ``--engine warm`` is refused,
+    before anything runs, where it cannot run; the default then runs cold and the reason says why."""
     if asked not in (None, *MODES):
         raise contract.UsageError("usage.bad_engine_mode", f"engine mode {asked!r} is not one of {', '.join(MODES)}",
                                   "use --engine cold or --engine warm")
-    mode = asked or DEFAULT
-    obstacle = warm_obstacle(engine, argvs) if mode == "warm" else None
-    if obstacle:
+    if asked == "cold":
+        return {"asked": asked, "mode": "cold", "reason": "--engine cold"}
+    obstacle = warm_obstacle(engine, argvs)
+    if asked == "warm" and obstacle:
         raise contract.PreconditionError("engine.warm_unavailable", f"--engine warm cannot run: {obstacle}",
                                          "use --engine cold (one sglang generate process per cell)")
-    return {"asked": asked, "mode": mode, "reason": f"--engine {asked}" if asked else f"the default ({mode})"}
+    if asked == "warm":
+        return {"asked": asked, "mode": "warm", "reason": "--engine warm"}
+    if obstacle:
+        return {"asked": None, "mode": "cold", "reason": f"the default ({DEFAULT}) cannot run: {obstacle}"}
+    return {"asked": None, "mode": DEFAULT, "reason": f"the default ({DEFAULT})"}

@@ -84,8 +84,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                       help="stop a cell's engine after this many seconds (the cell becomes failed)")
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     camp.add_argument("--engine", choices=engine_mode.MODES, default=None,
-                      help="cold: one `sglang generate` process per cell (default); warm: one resident engine per "
-                           "engine configuration serves every cell (same flags and gates; refused where it cannot run)")
+                      help="warm (default; cold where it cannot run, saying why): one resident engine per engine "
+                           "configuration serves every cell, same flags and gates; cold: a `sglang generate` per cell")
     camp.add_argument("--warmup-requests", type=_runner.bounded_int(0, 100), default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
     camp.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
