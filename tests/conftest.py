@@ -21,6 +21,17 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 TEST_FIXTURES = REPO / "tests" / "fixtures"
 HF_TOKEN_CANARY = "hf_CANARYtokenValue0123456789abcdef"
+HF_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{20,}")  # what a real token looks like: kept evidence must hold none
+
+
+def pipeline_stamps(path: Path) -> dict[str, int]:
+    """``<step>.start|end <unix s> <hh:mm:ss>`` lines of a GPU harness pipeline's timeline (steps*.txt)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
 
 sys.path.insert(0, str(SCRIPTS))
 # Scripts the tests start cache their bytecode, as Python does by default: with PYTHONDONTWRITEBYTECODE set (as some

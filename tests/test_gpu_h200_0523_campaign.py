@@ -6,30 +6,18 @@ and the reference skill's own script for the same request. These tests assert wh
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
 
-from conftest import TEST_FIXTURES
+from conftest import HF_TOKEN_LIKE, TEST_FIXTURES, pipeline_stamps
 from sgl_diffusion_bench import contract, engine_args, log_gates, log_markers, perf_dump
 
 RUN = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign"
-HF_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
 def load(name: str) -> dict[str, Any]:
     return json.loads((RUN / name).read_text(encoding="utf-8"))
-
-
-def stamps(name: str) -> dict[str, int]:
-    """``<step>.start|end <unix s> <hh:mm:ss>`` lines of the pipeline's timeline."""
-    out = {}
-    for line in (RUN / name).read_text(encoding="utf-8").splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
 
 
 @pytest.mark.parametrize("name, schema", [
@@ -151,8 +139,8 @@ def test_isolated_cache_ledger_records_a_clean_removal():
 def test_side_by_side_with_the_reference_script():
     """Ours: one warm campaign, 2 model loads, 8 measured requests, a verdict. The reference: one cold process per
     row, 4 model loads for 4 measured requests, a table and no verdict."""
-    ours = stamps("steps-call1.txt")
-    ref = stamps("steps-call2.txt")
+    ours = pipeline_stamps(RUN / "steps-call1.txt")
+    ref = pipeline_stamps(RUN / "steps-call2.txt")
     ours_wall = ours["campaign.end"] - ours["campaign.start"]
     ref_wall = ref["reference.end"] - ref["reference.start"]
     assert (ours_wall, ref_wall) == (230, 440)

@@ -7,18 +7,16 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import HF_TOKEN_LIKE, TEST_FIXTURES, run_script
 from sgl_diffusion_bench import contract, log_gates, log_markers, perf_dump
 
 H200 = TEST_FIXTURES / "gpu-h200-0.5.10"
 TRACE = next(H200.glob("*-full_stages-global-rank0.trace.json.gz"))
-HF_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 
 
 def load(name: str) -> dict[str, Any]:

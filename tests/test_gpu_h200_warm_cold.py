@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import statistics
 from typing import Any
 
 import pytest
 
-from conftest import REPO, TEST_FIXTURES
+from conftest import HF_TOKEN_LIKE, REPO, TEST_FIXTURES, pipeline_stamps
 from sgl_diffusion_bench import contract, log_gates, log_markers
 
 RUN = TEST_FIXTURES / "gpu-h200-0.5.23" / "warm-vs-cold"
 CAMPAIGN = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign"
-HF_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{20,}")
 MODES = ("warm", "cold")
 
 _spec = importlib.util.spec_from_file_location("warm_vs_cold", REPO / "benchmarks" / "warm_vs_cold.py")
@@ -35,16 +33,6 @@ def load(mode: str) -> dict[str, Any]:
 
 def e2e(mode: str) -> list[float]:
     return [c["perf"]["e2e_ms"] for c in load(mode)["cells"]]
-
-
-def stamps() -> dict[str, int]:
-    """``<step>.start|end <unix s> <hh:mm:ss>`` lines of the pipeline's timeline."""
-    out = {}
-    for line in (RUN / "steps.txt").read_text(encoding="utf-8").splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -131,7 +119,7 @@ def test_measured_time_matches_and_the_cold_mode_pays_the_engine_per_cell():
 
 
 def test_wall_time_of_each_step():
-    s = stamps()
+    s = pipeline_stamps(RUN / "steps.txt")
     walls = {mode: s[f"aa-{mode}.end"] - s[f"aa-{mode}.start"] for mode in MODES}
     assert walls == {"warm": 142, "cold": 273}
     assert s["aa-warm.end"] <= s["aa-cold.start"] and "pipeline.end" in s
