@@ -12,6 +12,7 @@ Exit 1 when a target is missed.
 
   .venv/bin/python benchmarks/simulate_verdicts.py              # 1,000 campaigns per scenario
   .venv/bin/python benchmarks/simulate_verdicts.py --sequential --resamples 2000
+  .venv/bin/python benchmarks/simulate_verdicts.py --noisy      # CV 5/20/100 %: false "no change" <= 1 %
 """
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ ORDER = ("A", "B", "B", "A")
 
 
 def simulated_cells(rng: np.random.Generator, rounds: int, cv_pct: float, change_pct: float,
-                    first_round: int = 1) -> list[Cell]:
+                    first_round: int = 1, lognormal: bool = False) -> list[Cell]:
+    """Normal e2e (the small-CV scenarios), or log-normal with the same mean and CV: timings on a noisy host are
+    positive and skewed, and a normal with CV 100 % would draw negative times."""
+    sigma = float(np.sqrt(np.log1p((cv_pct / 100) ** 2)))
     cells = []
     for rnd in range(first_round, first_round + rounds):
         for pos, letter in enumerate(ORDER):
             mean = BASE_MS * (1 + change_pct / 100) if letter == "B" else BASE_MS
-            e2e = float(rng.normal(mean, mean * cv_pct / 100))
+            e2e = float(mean * rng.lognormal(-sigma ** 2 / 2, sigma) if lognormal
+                        else rng.normal(mean, mean * cv_pct / 100))
             cells.append(Cell(index=len(cells), arm=letter, round=rnd, position=f"{letter}{pos}", status="valid",
                               perf={"e2e_ms": e2e}))
     return cells
@@ -57,7 +62,8 @@ def verdict_rates(campaigns: int, rounds: int, cv_pct: float, change_pct: float,
     return {v: counts[v] / campaigns for v in stats.VERDICTS}
 
 
-def sequential_rates(campaigns: int, budget: int, cv_pct: float, change_pct: float, seed: int) -> dict[str, float]:
+def sequential_rates(campaigns: int, budget: int, cv_pct: float, change_pct: float, seed: int,
+                     lognormal: bool = False) -> dict[str, float]:
     """Verdict shares, stop reasons and mean rounds of --until-verdict campaigns, through sequential.look itself."""
     rule = sequential.StoppingRule(stats.DEFAULT_THRESHOLD_PCT, budget)
     rng = np.random.default_rng(seed)
@@ -66,7 +72,8 @@ def sequential_rates(campaigns: int, budget: int, cv_pct: float, change_pct: flo
         cells: list[Cell] = []
         for rnd in range(1, budget + 1):
             cells += [dataclasses.replace(c, index=len(cells) + k)
-                      for k, c in enumerate(simulated_cells(rng, 1, cv_pct, change_pct, first_round=rnd))]
+                      for k, c in enumerate(simulated_cells(rng, 1, cv_pct, change_pct, first_round=rnd,
+                                                             lognormal=lognormal))]
             if rnd < rule.min_rounds:
                 continue
             seen = sequential.look(rule, cells, "A", "B", rnd)
@@ -106,6 +113,31 @@ def run_sequential(args: argparse.Namespace) -> list[str]:
     return failures
 
 
+def run_noisy(args: argparse.Namespace) -> list[str]:
+    """Issue 24: on a noisy host the sequential rule must answer 'insufficient_data', never 'no change', when the
+    true change exceeds the threshold (false 'no change' <= 1 %), and no false 'improved'/'regressed' on A/A."""
+    threshold = stats.DEFAULT_THRESHOLD_PCT
+    print(f"\nnoisy hosts (--until-verdict, log-normal e2e): {args.campaigns} campaigns per scenario, budget "
+          f"{args.budget_rounds} rounds, threshold {threshold:g}%")
+    print(f"{'scenario':30} {'improved':>9} {'regressed':>9} {'no-change':>9} {'insuff.':>8} {'rounds':>7}")
+    failures = []
+    for cv in (5.0, 20.0, 100.0):
+        for change in (0.0, -3.0, 3.0, -10.0, 10.0, -50.0):
+            name = f"CV {cv:g}%, true change {change:+g}%"
+            r = sequential_rates(args.campaigns, args.budget_rounds, cv, change, args.seed, lognormal=True)
+            print(f"{name:30} {r['improved'] * 100:8.1f}% {r['regressed'] * 100:8.1f}% "
+                  f"{r['no_significant_change'] * 100:8.1f}% {r['insufficient_data'] * 100:7.1f}% "
+                  f"{r['mean_rounds']:7.2f}", flush=True)
+            if abs(change) > threshold and r["no_significant_change"] > 0.01:
+                failures.append(f"false 'no change' above 1% ({name})")
+            if change == 0.0 and r["improved"] + r["regressed"] > 0.01:
+                failures.append(f"false verdicts above 1% ({name})")
+            wrong = r["regressed"] if change < 0 else r["improved"] if change > 0 else 0.0
+            if wrong > 0.01:
+                failures.append(f"verdict in the wrong direction above 1% ({name})")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--campaigns", type=int, default=1000)
@@ -115,7 +147,13 @@ def main() -> int:
     parser.add_argument("--sequential", action="store_true", help="also simulate the --until-verdict rule")
     parser.add_argument("--only-sequential", action="store_true", help="simulate only the --until-verdict rule")
     parser.add_argument("--budget-rounds", type=int, default=sequential.DEFAULT_BUDGET_ROUNDS)
+    parser.add_argument("--noisy", action="store_true",
+                        help="simulate only the --until-verdict rule on noisy hosts (CV 5 %%, 20 %%, 100 %%)")
     args = parser.parse_args()
+    if args.noisy:
+        failures = run_noisy(args)
+        print("targets met" if not failures else "TARGETS MISSED: " + "; ".join(failures))
+        return 1 if failures else 0
     if args.only_sequential:
         failures = run_sequential(args)
         print("targets met" if not failures else "TARGETS MISSED: " + "; ".join(failures))

@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import perf_dump, stats
+from sgl_diffusion_bench import campaign, perf_dump, stats
 from sgl_diffusion_bench.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
@@ -181,8 +181,36 @@ def test_a_noisy_aa_campaign_still_reports_its_noise_floor_and_next_step():
     needed = floor["samples_per_arm_needed"]
     assert needed == pytest.approx(z ** 2 * (a["cv_pct"] ** 2 + cv_b ** 2) / 1.5 ** 2, abs=1)
     assert floor["more_samples_per_arm"] == needed - 4 and floor["rounds_needed"] == -(-needed // 2)
-    assert "quiet the machine" in comparison["next_step"] and f"--rounds {floor['rounds_needed']}" in comparison[
-        "next_step"]
+    # CV 72 % fails the gate, which no number of rounds cures: quiet the host, re-measure; no sample count, and
+    # never the --rounds it would take (thousands, above the CLI's limit)
+    step = comparison["next_step"]
+    assert floor["rounds_needed"] > campaign.MAX_ROUNDS
+    assert step.startswith("this host is too noisy for a 1.5% threshold (CV 71.6%") and "--rounds 2" in step
+    assert "re-measure the noise floor with --campaign aa" in step and "samples per arm" not in step
+
+
+def _spread_cells(cv_pct, rounds=2, per_round=2):
+    """A/B/B/A rounds whose arms each have exactly the given CV (alternating +-d around 1000 ms)."""
+    cells, d = [], 1000 * cv_pct / 100
+    for r in range(1, rounds + 1):
+        for k, arm in enumerate(["A"] * per_round + ["B"] * per_round):
+            cells.append(cell(len(cells), arm, r, 1000 + (d if k % 2 else -d)))
+    return cells
+
+
+def test_next_step_gives_rounds_only_when_the_cli_accepts_them():
+    """CV 1 %: a 1.5 % verdict needs a few rounds, within --rounds 50, so the count is given; CV 8 % passes the gate
+    but needs more than 50 rounds: the host is too noisy, said without a count."""
+    near = stats.summarize(_spread_cells(1.2), ["A", "B"], "A", "B")["comparison"]
+    floor = near["metrics"]["e2e_ms"]["noise_floor"]
+    assert near["verdict"] == "no_significant_change" or near["next_step"] is not None
+    reachable = stats.next_step({**near["metrics"]["e2e_ms"], "verdict": "insufficient_data"})
+    assert 2 <= floor["rounds_needed"] <= campaign.MAX_ROUNDS
+    assert reachable.startswith(f"re-run with --rounds {floor['rounds_needed']} ")
+    far = stats.summarize(_spread_cells(8.0), ["A", "B"], "A", "B")["comparison"]["metrics"]["e2e_ms"]
+    assert far["noise_floor"]["rounds_needed"] > campaign.MAX_ROUNDS
+    advice = stats.next_step({**far, "verdict": "insufficient_data"})
+    assert advice.startswith("this host is too noisy for a 1.5% threshold (CV 9.2%") and "--rounds 2" in advice
 
 
 def test_the_seed_campaign_noise_floor_and_no_next_step_when_judged():

@@ -260,13 +260,48 @@ def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
     same = sequential.look(rule, _round_cells([0.1, -0.1, 0.05, 0.0]), "A", "B", 4)
     assert same["stop"] == "equivalent" and same["verdict"] == "no_significant_change"
     unsure = sequential.look(rule, _round_cells([-3.0, 1.0]), "A", "B", 2)
-    assert unsure["stop"] is None and unsure["verdict"] == "no_significant_change"
+    assert unsure["stop"] is None and unsure["verdict"] == "insufficient_data"  # unknown is not "no change"
     spent = sequential.look(rule, _round_cells([-3.0, 1.0, -2.0, 0.5, -4.0, 2.0]), "A", "B", 6)
-    assert spent["stop"] == "budget"
+    assert spent["stop"] == "budget" and spent["verdict"] == "insufficient_data"
+    assert spent["ci_low_pct"] < -1.5 < 1.5 < spent["ci_high_pct"] or spent["ci_low_pct"] < 1.5 < spent["ci_high_pct"]
     mixed = sequential.look(rule, _round_cells([-5.0, -5.0, -5.0, 0.5]), "A", "B", 4)
     assert mixed["verdict"] != "improved"  # a round that disagrees blocks a verdict
     with pytest.raises(Exception, match="budget"):
         sequential.StoppingRule(1.5, budget_rounds=1)
+
+
+def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable_advice():
+    """Issue 24's busy 2-core host: CV ~100 %, budget spent. The old rule said 'no_significant_change' and asked for
+    --rounds 13955 (the CLI refuses above 50). Now: insufficient_data, and the advice is to quiet the host."""
+    from sgl_diffusion_bench import campaign, sequential, stats
+
+    rule = sequential.StoppingRule(1.5, budget_rounds=4)
+    cells = _round_cells([-40.0, 90.0, -60.0, 30.0], noise=(80.0, 0.0))
+    final = sequential.look(rule, cells, "A", "B", 4)
+    assert final["verdict"] == "insufficient_data" and final["stop"] == "budget"
+    assert final["cv_pct"] > stats.MAX_CV_PCT and final["reason"].startswith("unstable:")
+    step = sequential.next_step(rule, final)
+    assert step.startswith("this host is too noisy for a 1.5% threshold") and "--budget-rounds" not in step
+    # a tight A/A passes every gate but the CV gate: 'equivalent' would be a claim the spread does not support
+    gated = sequential.look(rule, _round_cells([0.1, -0.1, 0.0, 0.05], noise=(20.0, 0.0)), "A", "B", 4)
+    assert gated["verdict"] == "insufficient_data" and gated["stop"] == "budget"
+    # a quiet host whose rounds still straddle the band: advice is a budget the CLI accepts, at today's spread
+    quiet = sequential.look(rule, _round_cells([-2.0, 0.5, -1.0, 1.0]), "A", "B", 4)
+    assert quiet["verdict"] == "insufficient_data" and quiet["cv_pct"] < stats.MAX_CV_PCT
+    needed = sequential.rounds_needed(rule, quiet["round_change_sd_pct"])
+    assert needed is not None and 4 < needed <= campaign.MAX_ROUNDS
+    assert sequential.next_step(rule, quiet).startswith(f"re-run with --until-verdict --budget-rounds {needed}:")
+    assert sequential.rounds_needed(rule, 50.0) is None  # sd 50 %: not within 50 rounds
+    assert "too noisy" in sequential.next_step(rule, {**quiet, "round_change_sd_pct": 50.0})
+    faster = sequential.look(rule, _round_cells([-5.0, -5.2, -4.9, -5.1]), "A", "B", 4)
+    assert faster["verdict"] == "improved" and sequential.next_step(rule, faster) is None
+
+
+def test_budget_rounds_above_the_campaign_limit_is_refused_by_the_parser(tmp_path):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--until-verdict",
+                     "--budget-rounds", "51", "--engine-capabilities", "recent", "--label", "u", "--output-dir",
+                     str(tmp_path), "--dry-run", "--json")
+    assert run.returncode == 2 and "--budget-rounds" in run.document["error"]["message"]
 
 
 @pytest.mark.parametrize("args", [["--campaign", "matrix"], []])

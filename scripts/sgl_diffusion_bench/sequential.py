@@ -3,8 +3,9 @@
 After each complete A/B/B/A round (from ``min_rounds`` on) the campaign looks at the primary metric's change, one
 value per round (candidate round mean over baseline round mean; pairing by round cancels slow drift). It stops when
 the Student-t interval of the mean round change excludes both -threshold and +threshold: entirely beyond one of them
-with every round agreeing ("improved"/"regressed"), or entirely between them (no change worth claiming); otherwise it
-runs another round, until the budget of rounds is spent ("no_significant_change").
+with every round agreeing ("improved"/"regressed"), or entirely between them ("no_significant_change": no change worth
+claiming); otherwise it runs another round, until the budget of rounds is spent ("insufficient_data": the data cannot
+tell). A look whose arms vary by more than stats.MAX_CV_PCT supports no verdict at all, as in the fixed-round rule.
 
 Why not the bootstrap of ``stats``: with two cells per arm per round the percentile bootstrap's interval is too
 narrow (it cannot see the spread it never sampled), and looking after every round multiplies its chances of a false
@@ -22,6 +23,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from . import contract, stats
+from .campaign import MAX_ROUNDS
 from .cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8
@@ -56,8 +58,8 @@ class StoppingRule:
                 f"Student-t interval of the mean per-round {self.metric} change (Bonferroni over {self.looks} looks, "
                 f"overall {self.overall_confidence * 100:g}%); stop with 'improved'/'regressed' when it lies entirely "
                 f"below -{self.threshold_pct:g}% / above +{self.threshold_pct:g}% and every round agrees, with "
-                f"'no_significant_change' when it lies inside +/-{self.threshold_pct:g}% or after {self.budget_rounds} "
-                f"rounds")
+                f"'no_significant_change' only when it lies inside +/-{self.threshold_pct:g}%; 'insufficient_data' "
+                f"when either arm's CV exceeds {stats.MAX_CV_PCT:g}% or {self.budget_rounds} rounds are spent first")
 
 
 def round_changes(cells: Sequence[Cell], baseline: str, candidate: str, metric: str) -> list[float]:
@@ -74,27 +76,65 @@ def round_changes(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
 
 def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: str,
          rounds_done: int) -> dict[str, Any]:
-    """One look after ``rounds_done`` rounds: the interval of the mean round change, the verdict, whether to stop."""
+    """One look after ``rounds_done`` rounds: the interval of the mean round change, the verdict, whether to stop.
+
+    A verdict needs the data to support it: 'improved'/'regressed' when the interval lies beyond one threshold and
+    every round agrees, 'no_significant_change' only when it lies inside the band; anything else, and any look whose
+    spread fails the CV gate (stats.MAX_CV_PCT, which more rounds do not cure), is 'insufficient_data'."""
     changes = round_changes(cells, baseline, candidate, rule.metric)
+    cv = stats.worst_cv_pct(cells, (baseline, candidate), rule.metric)
     t = rule.threshold_pct
-    low = high = mean = None
-    verdict, stop = "insufficient_data", None
+    low = high = mean = spread = None
+    verdict, stop, reason = "insufficient_data", None, f"{len(changes)} round(s) with both arms; need {rule.min_rounds}"
     if len(changes) >= max(rule.min_rounds, 2):
         mean = statistics.fmean(changes)
-        half = t_quantile(1 - (1 - rule.look_confidence) / 2, len(changes) - 1) * statistics.stdev(changes) \
-            / math.sqrt(len(changes))
+        spread = statistics.stdev(changes)
+        half = t_quantile(1 - (1 - rule.look_confidence) / 2, len(changes) - 1) * spread / math.sqrt(len(changes))
         low, high = mean - half, mean + half
-        verdict = "no_significant_change"
-        if high < -t and all(c < 0 for c in changes):
-            verdict, stop = "improved", "verdict"
+        interval = f"{rule.look_confidence * 100:.4g}% interval [{low:+.3f}%, {high:+.3f}%]"
+        if cv is not None and cv > stats.MAX_CV_PCT:
+            reason = f"unstable: {rule.metric} varies by CV {cv:.1f}% (limit {stats.MAX_CV_PCT:g}%); {interval}"
+        elif high < -t and all(c < 0 for c in changes):
+            verdict, stop, reason = "improved", "verdict", f"{interval} is below -{t:g}% and every round is faster"
         elif low > t and all(c > 0 for c in changes):
-            verdict, stop = "regressed", "verdict"
+            verdict, stop, reason = "regressed", "verdict", f"{interval} is above +{t:g}% and every round is slower"
         elif -t < low and high < t:
-            stop = "equivalent"
+            verdict, stop, reason = "no_significant_change", "equivalent", f"{interval} lies inside +/-{t:g}%"
+        else:
+            reason = f"{interval} neither lies inside +/-{t:g}% nor beyond it with every round agreeing"
     if stop is None and rounds_done >= rule.budget_rounds:
         stop = "budget"
     return {"round": rounds_done, "verdict": verdict, "ci_low_pct": low, "ci_high_pct": high, "change_pct": mean,
-            "stop": stop}
+            "stop": stop, "cv_pct": cv, "round_change_sd_pct": spread, "reason": reason}
+
+
+def rounds_needed(rule: StoppingRule, round_change_sd_pct: float) -> int | None:
+    """The smallest --budget-rounds (at most campaign.MAX_ROUNDS) whose last look's interval, at this spread of
+    round changes, is narrow enough to resolve the threshold with POWER: (t_look + t_power) * sd / sqrt(n) <= the
+    threshold. None when even MAX_ROUNDS rounds would not."""
+    for budget in range(max(rule.min_rounds, 2), MAX_ROUNDS + 1):
+        trial = dataclasses.replace(rule, budget_rounds=budget)
+        width = (t_quantile(1 - (1 - trial.look_confidence) / 2, budget - 1) + t_quantile(stats.POWER, budget - 1)) \
+            * round_change_sd_pct / math.sqrt(budget)
+        if width <= rule.threshold_pct:
+            return budget
+    return None
+
+
+def next_step(rule: StoppingRule, final: Mapping[str, Any]) -> str | None:
+    """What to do when the campaign ended without a verdict: a budget the CLI accepts, or quiet the host."""
+    if final["verdict"] != "insufficient_data":
+        return None
+    cv, spread = final.get("cv_pct"), final.get("round_change_sd_pct")
+    if spread is None:
+        return (f"run at least {max(rule.min_rounds, 2)} complete rounds (--budget-rounds {max(rule.min_rounds, 2)} "
+                "or more), then compare again")
+    needed = None if cv is not None and cv > stats.MAX_CV_PCT else rounds_needed(rule, spread)
+    if needed is None:
+        return stats.too_noisy_advice(cv, rule.threshold_pct)
+    return (f"re-run with --until-verdict --budget-rounds {needed}: at today's spread of round changes "
+            f"(sd {spread:.2f}%) that many rounds resolve a {rule.threshold_pct:g}% change with "
+            f"{stats.POWER * 100:g}% power")
 
 
 def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: int) -> dict[str, Any]:
@@ -108,12 +148,15 @@ def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: i
 
 def apply_to_comparison(comparison: dict[str, Any] | None, rule: StoppingRule,
                         looks: Sequence[Mapping[str, Any]]) -> None:
-    """With --until-verdict the verdict is the stopping rule's (the bootstrap's stays in ``metrics``)."""
+    """With --until-verdict the verdict, its reason and the next step are the stopping rule's (the bootstrap's stay
+    in ``metrics``)."""
     if comparison is None or not looks or comparison.get("verdict") not in stats.VERDICTS:
         return  # no look yet, or validity already overruled the numbers (outputs differ)
     last = looks[-1]
     comparison["verdict"] = last["verdict"]
     comparison["rule"] = rule.describe()
+    comparison["reason"] = last["reason"]
+    comparison["next_step"] = next_step(rule, last)
 
 
 # -- Student t quantile (no scipy: numpy is the only numeric dependency) ------------------------------------------

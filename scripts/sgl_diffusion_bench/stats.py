@@ -12,6 +12,7 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
+from .campaign import MAX_ROUNDS
 from .cell import Cell
 
 DEFAULT_THRESHOLD_PCT = 1.5
@@ -195,19 +196,39 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
     return result
 
 
+def too_noisy_advice(cv_pct: float | None, threshold_pct: float) -> str:
+    """What to do when no reachable number of samples supports a verdict at this spread: quiet the host first."""
+    spread = f"CV {cv_pct:.1f}%" if cv_pct is not None else "today's spread"
+    return (f"this host is too noisy for a {threshold_pct:g}% threshold ({spread}: a verdict needs a CV of at most "
+            f"{MAX_CV_PCT:g}% and enough samples within the {MAX_ROUNDS} rounds a campaign may run): quiet it first "
+            f"(stop other jobs and benchmarks, idle the GPU, leave the machine otherwise unused), then re-measure "
+            f"the noise floor with --campaign aa --rounds 2 and compare again once its CV is under "
+            f"{MAX_CV_PCT:g}%; or judge against a larger --threshold-pct")
+
+
 def next_step(metric: Mapping[str, Any]) -> str | None:
-    """What to do when the data cannot support a verdict, from the noise floor's figures."""
+    """What to do when the data cannot support a verdict, from the noise floor's figures. Never more rounds than the
+    CLI accepts (campaign.MAX_ROUNDS): past that, or when the spread fails the CV gate (which more rounds do not cure),
+    the advice is to quiet the host, with no sample count."""
     if metric["verdict"] != "insufficient_data":
         return None
     floor = metric.get("noise_floor") or {}
     if floor.get("samples_per_arm_needed") is None:
-        return ("collect at least 2 valid cells per arm in at least 2 rounds (e.g. --rounds 2), then compare again")
+        return "collect at least 2 valid cells per arm in at least 2 rounds (e.g. --rounds 2), then compare again"
     cvs = [v for v in (floor["baseline_cv_pct"], floor["candidate_cv_pct"]) if v is not None]
-    quiet = (f"quiet the machine first (CV {max(cvs):.1f}% is above the {MAX_CV_PCT:g}% limit: stop other jobs, "
-             "idle the GPU), then " if cvs and max(cvs) > MAX_CV_PCT else "")
-    return (f"{quiet}re-run with --rounds {floor['rounds_needed']} ({floor['samples_per_arm_needed']} samples per "
+    worst = max(cvs) if cvs else None
+    if (worst is not None and worst > MAX_CV_PCT) or floor["rounds_needed"] > MAX_ROUNDS:
+        return too_noisy_advice(worst, floor["target_pct"])
+    return (f"re-run with --rounds {floor['rounds_needed']} ({floor['samples_per_arm_needed']} samples per "
             f"arm, {floor['more_samples_per_arm']} more than now) to resolve a {floor['target_pct']:g}% change at "
             f"{floor['confidence'] * 100:g}% confidence and {floor['power'] * 100:g}% power at today's spread")
+
+
+def worst_cv_pct(cells: Sequence[Cell], arms: Sequence[str], metric: str) -> float | None:
+    """The larger coefficient of variation of ``metric`` over the arms' used cells: the CV gate's figure."""
+    cvs = [describe([_metric(c, metric) for c in used_cells(cells, arm)])["cv_pct"] for arm in arms]
+    known = [v for v in cvs if v is not None]
+    return max(known) if known else None
 
 
 def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str, *,

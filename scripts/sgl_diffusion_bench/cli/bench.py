@@ -93,7 +93,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--until-verdict", action="store_true",
                       help="run rounds until the change's interval excludes +/-threshold or --budget-rounds is "
                            "spent (a sequential rule with Bonferroni-corrected looks; the report records it)")
-    camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, 1000), default=sequential.DEFAULT_BUDGET_ROUNDS,
+    camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, campaign.MAX_ROUNDS), default=sequential.DEFAULT_BUDGET_ROUNDS,
                       help=f"--until-verdict: most rounds to run (default {sequential.DEFAULT_BUDGET_ROUNDS})")
     camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
