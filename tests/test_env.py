@@ -130,6 +130,16 @@ def test_inspect_cli_validates_and_reports_token_presence_only():
     assert doc["versions"]["python"] == sys.version.split()[0]
 
 
+def test_inspect_accepts_every_token_variable_huggingface_hub_reads():
+    """Issue 24: HUGGING_FACE_HUB_TOKEN set made inspect --json exit 70 (the schema lacked the name)."""
+    import os
+
+    run = run_script("diffusion_skill_env", "inspect", "--json",
+                     env={**os.environ, "HUGGING_FACE_HUB_TOKEN": HF_TOKEN_CANARY})
+    assert run.returncode == 0 and "HUGGING_FACE_HUB_TOKEN" in run.document["huggingface"]["token_vars_set"]
+    assert HF_TOKEN_CANARY[:8] not in run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["print-root", "--json"], ["print-assets-dir", "--json"], ["print-output-dir", "--kind", "benchmarks", "--json"],
     ["check-write-access", "--json"], ["inspect"], ["print-root"],
