@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
 from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, media,
@@ -47,7 +48,7 @@ def _verdict(scenario: str, **kw) -> log_gates.GateVerdict:
 
 def _outputs(tmp_path: Path, stem: str) -> list[Path]:
     png = tmp_path / f"{stem}.png"
-    png.write_bytes(b"\x89PNG fake but real bytes")
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(png)  # outputs are opened, so it must be a real image
     return [png]
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
+from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, host_load, log_gates, log_markers, request_path
+from sgl_diffusion_bench import contract, host_load, log_gates, log_markers, memory_evidence, output_check, request_path
 from sgl_diffusion_bench.cell import Cell, Report
 
 REPORTS = sorted(p for p in TEST_FIXTURES.rglob("*.json") if b'"schema": "bench-report.v1"' in p.read_bytes())
@@ -109,15 +110,17 @@ def test_a_cell_judged_from_a_recorded_cpu_engine_run_round_trips(tmp_path, scen
     run = json.loads((recorded / "run.json").read_text())
     if (recorded / "perf.json").is_file():
         shutil.copy(recorded / "perf.json", tmp_path / "perf.json")
-        (tmp_path / "out.png").write_bytes(b"\x89PNG recorded run")
-    verdict = log_gates.scan_log((recorded / "log.txt").read_text(), log_markers.markers_for_version("0.5.23"),
-                                 require_native=True)
-    cell = Cell(index=0, arm="a", argv=["sglang", "generate"], perf_dump_path=str(tmp_path / "perf.json"))
+        Image.new("RGB", (64, 64)).save(tmp_path / "out.png")  # the recorded request's size
+    log = (recorded / "log.txt").read_text()
+    verdict = log_gates.scan_log(log, log_markers.markers_for_version("0.5.23"), require_native=True)
+    cell = Cell(index=0, arm="a", argv=["sglang", "generate", "--width=64", "--height", "64"],
+                perf_dump_path=str(tmp_path / "perf.json"))
     request_path.finish_cell(cell, verdict=verdict, returncode=run["returncode"], stop_reason=run["stop_reason"],
                              stop_line=None, stopped_after_s=run["stopped_after_s"], wall_s=run["wall_s"],
                              perf_dump_path=Path(cell.perf_dump_path), output_dir=tmp_path, output_stem="out",
-                             task="t2i", memory_kind="process_rss",
-                             boundary=request_path.Boundary(False, [], [], host_load.sample(), host_load.sample()))
+                             task="t2i", memory_kind=memory_evidence.evidence_of(log.splitlines()).kind,
+                             boundary=request_path.Boundary(False, [], [], host_load.sample(), host_load.sample()),
+                             requested=output_check.requested_shape(cell.argv))
     assert cell.status == status and (cell.perf is not None) == (status == "valid")
     doc = json.loads(json.dumps(cell.to_json()))  # through real JSON text, as a report file is
     assert Cell.from_json(doc) == cell and Cell.from_json(doc).to_json() == doc

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import log_gates, log_markers, request_path
+from sgl_diffusion_bench import log_gates, log_markers, request_path, run_judge
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 VERSION = "0.5.10.post1"
@@ -39,9 +39,12 @@ def test_recorded_runs_get_the_runners_verdict(scenario, status, tmp_path):
     verdict = log_gates.scan_log((CPU / scenario / "log.txt").read_text(), log_markers.markers_for_version(VERSION),
                                  require_native=True)
     perf_path = CPU / scenario / "perf.json"
+    given = perf_path.is_file()  # judge_run says "not given" where the runner says "not written"
     runner = request_path.judge_request(verdict=verdict, returncode=0, stop_reason=None,
-                                        perf_dump_path=perf_path if perf_path.is_file() else Path("/nonexistent"),
-                                        output_paths=[out], memory_kind=doc["intent"]["memory_kind"])
+                                        perf_dump_path=perf_path if given else None,
+                                        output_paths=[out], memory_kind=doc["intent"]["memory_kind"],
+                                        no_perf_dump_reason=request_path.NO_PERF_DUMP_WRITTEN if given
+                                        else run_judge.NO_PERF_DUMP_GIVEN)
     assert doc["reasons"] == list(runner.reasons) and doc["status"] == runner.status  # the same gates, same words
     assert (doc["perf"] is None) == (status != "valid")  # a run that does not count shows no numbers
 

@@ -62,7 +62,7 @@ class PerfMetrics:
     peak_memory_mb: float | None
     peak_memory_source: str | None
     peak_memory_checkpoint: str | None
-    memory_kind: str
+    memory_kind: str | None  # None: the run's evidence does not say (memory_evidence.py); peak figures withheld
     layout: str
     commit_hash: str | None
     warnings: tuple[str, ...]
@@ -103,7 +103,7 @@ def is_denoise_stage(name: str) -> bool:
     return name.endswith(DENOISE_STAGE_SUFFIXES) and NOT_DENOISE_MARKER not in name
 
 
-def load_perf_dump(path: str | Path, memory_kind: str) -> PerfMetrics:
+def load_perf_dump(path: str | Path, memory_kind: str | None) -> PerfMetrics:
     """Read and parse one dump file; every problem is a PerfDumpError naming the file and the reason."""
     path = Path(path)
     if not os.path.lexists(path):
@@ -122,10 +122,11 @@ def load_perf_dump(path: str | Path, memory_kind: str) -> PerfMetrics:
     return parse_perf_dump(document, memory_kind, source=str(path))
 
 
-def parse_perf_dump(document: Any, memory_kind: str, source: str = "<perf dump>") -> PerfMetrics:
-    """Parse an already-decoded dump. ``memory_kind`` says what the memory figures are: ``device`` memory, or
-    ``process_rss`` when the CPU adapter stands in for the device memory API."""
-    if memory_kind not in MEMORY_KINDS:
+def parse_perf_dump(document: Any, memory_kind: str | None, source: str = "<perf dump>") -> PerfMetrics:
+    """Parse an already-decoded dump. ``memory_kind`` says what the memory figures are: ``device`` memory,
+    ``process_rss`` when the CPU adapter stands in for the device memory API, or None when the run's evidence does
+    not say (memory_evidence.py): then no peak figure is reported, since nobody could say what it measured."""
+    if memory_kind is not None and memory_kind not in MEMORY_KINDS:
         raise ValueError(f"memory_kind must be one of {MEMORY_KINDS}, not {memory_kind!r}")
     if not isinstance(document, dict):
         raise PerfDumpError(source, f"top level is {type(document).__name__}, expected an object")
@@ -160,6 +161,10 @@ def parse_perf_dump(document: Any, memory_kind: str, source: str = "<perf dump>"
     peak_mb, peak_source, peak_checkpoint = _peak_memory(checkpoints)
     if peak_mb is None:
         warnings.append("no memory checkpoints: peak memory was not measured")
+    elif memory_kind is None:
+        peak_mb, peak_source, peak_checkpoint = None, None, None
+        warnings.append("peak memory withheld: the run's log says neither that an accelerator was present nor "
+                        "that the CPU adapter's memory stand-in ran, so its figures could be either")
 
     commit = document.get("commit_hash")
     return PerfMetrics(

@@ -9,7 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from . import contract, engine_process, fileio, host_load, log_gates, media, perf_dump, validity
+from . import (contract, engine_process, fileio, host_load, log_gates, media, memory_evidence, output_check,
+               perf_dump, validity)
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 
@@ -26,9 +27,18 @@ def find_outputs(run_dir: Path, stem: str, task: str | None = None) -> list[Path
     return media.split_outputs(run_dir, stem, task)[0]
 
 
+NO_OUTPUT_SAVED = "artifacts.no_output: the run saved no output file"
+NO_PERF_DUMP_WRITTEN = "artifacts.no_perf_dump: the run wrote no perf dump"
+
+
 def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, stop_reason: str | None,
-                  perf_dump_path: Path, output_paths: Sequence[Path], memory_kind: str) -> RequestJudgement:
-    """One request's status from its evidence; every reason that applies is kept, not only the first."""
+                  perf_dump_path: Path | None, output_paths: Sequence[Path], memory_kind: str | None,
+                  requested: output_check.RequestedShape = output_check.NOT_REQUESTED,
+                  no_perf_dump_reason: str = NO_PERF_DUMP_WRITTEN,
+                  no_output_reason: str = NO_OUTPUT_SAVED) -> RequestJudgement:
+    """One request's status from its evidence; every reason that applies is kept, not only the first. Every
+    output is opened (output_check.py): one that does not decode at the ``requested`` shape does not count. The
+    ``no_*_reason`` texts let judge_run tell "not given" from "not written"."""
     reasons: list[str] = []
     failed = False
     if stop_reason == engine_process.TIMEOUT_REASON:
@@ -41,16 +51,21 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
         reasons.append(f"engine.exit_code: exited {returncode}")
     reasons += [f"{r.code}: {r.message}" for r in verdict.reasons if not (stop_reason and r.code == stop_reason)]
     perf = None
-    if perf_dump_path.is_file():
+    if perf_dump_path is not None and perf_dump_path.is_file():
         try:
             perf = perf_dump.load_perf_dump(perf_dump_path, memory_kind).to_json()
         except perf_dump.PerfDumpError as exc:
             reasons.append(f"perf_dump.invalid: {exc.reason}")
     else:
-        reasons.append("artifacts.no_perf_dump: the run wrote no perf dump")
+        reasons.append(no_perf_dump_reason)
     outputs = tuple({"path": str(p), "sha256": fileio.sha256_file(p), "bytes": p.stat().st_size} for p in output_paths)
+    for path in output_paths:
+        try:
+            output_check.check_output(path, requested)
+        except output_check.OutputProblem as problem:
+            reasons.append(f"{problem.code}: {problem.message}")
     if not outputs:
-        reasons.append("artifacts.no_output: the run saved no output file")
+        reasons.append(no_output_reason)
     status = "failed" if failed else ("invalid" if reasons else "valid")
     # a request that does not count carries no numbers; its dump stays on disk at perf_dump_path for debugging
     return RequestJudgement(status, tuple(reasons), perf if status == "valid" else None, outputs)
@@ -85,15 +100,17 @@ class Boundary:
 
 def finish_cell(cell: Cell, *, verdict: log_gates.GateVerdict, returncode: int | None,
                 stop_reason: str | None, stop_line: str | None, stopped_after_s: float | None, wall_s: float,
-                perf_dump_path: Path, output_dir: Path, output_stem: str, task: str | None, memory_kind: str,
-                boundary: Boundary | Callable[[], Boundary], request_error: str | None = None) -> None:
+                perf_dump_path: Path, output_dir: Path, output_stem: str, task: str | None, memory_kind: str | None,
+                boundary: Boundary | Callable[[], Boundary], requested: output_check.RequestedShape,
+                request_error: str | None = None) -> None:
     """Judge one request (a cold cell's process, or one request of a warm engine) and write the verdict into its
     cell: status, reasons, perf (valid cells only), outputs and every gate. ``request_error``: a warm engine reported
     that the request raised (the engine itself serves on). A ``boundary`` callable is resolved after judging (a host
     sample's window runs meanwhile)."""
     outputs, others = media.split_outputs(output_dir, output_stem, task)
     judged = judge_request(verdict=verdict, returncode=returncode, stop_reason=stop_reason,
-                           perf_dump_path=perf_dump_path, output_paths=outputs, memory_kind=memory_kind)
+                           perf_dump_path=perf_dump_path, output_paths=outputs, memory_kind=memory_kind,
+                           requested=requested)
     if request_error:
         judged = dataclasses.replace(judged, status="failed", reasons=(request_error, *judged.reasons), perf=None)
     boundary = boundary() if callable(boundary) else boundary
@@ -126,6 +143,7 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
     before = foreign_check() if foreign_check else []
     host_before = host_load.start_sample()
     adapter_lines: list[str] = []
+    memory = memory_evidence.MemoryEvidence()
     engine_group: list[int] = []
     host_after: list[Callable[[], dict[str, Any]]] = []
 
@@ -137,6 +155,7 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
     def on_line(line: str) -> str | None:
         if sgl_cpu_adapter.TAG in line:
             adapter_lines.append(line)
+        memory.feed(line)
         if observe is not None:
             observe(line)
         stop = gate.feed(line)
@@ -157,11 +176,9 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
         return Boundary(foreign_check is not None, before, after, host_before(), host_after[0]())
 
     adapter = sgl_cpu_adapter.summarize(adapter_lines)
-    # Memory figures are the engine's own unless the adapter's torch.cpu stand-in (b5) produced them.
-    memory_kind = "process_rss" if adapter and adapter["memory_source"] == "process_rss" else "device"
     finish_cell(cell, verdict=gate.verdict(), returncode=run.returncode, stop_reason=run.stop_reason,
                 stop_line=run.stop_line, stopped_after_s=run.stopped_after_s, wall_s=run.wall_s,
                 perf_dump_path=perf_dump_path, output_dir=output_dir, output_stem=output_stem, task=task,
-                memory_kind=memory_kind, boundary=boundary)
+                memory_kind=memory.kind, boundary=boundary, requested=output_check.requested_shape(argv))
     return adapter
 

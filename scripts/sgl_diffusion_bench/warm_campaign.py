@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import command_builder, contract, engine_args, host_load, request_path, warm_engine, warm_grouping
+from . import (command_builder, contract, engine_args, host_load, memory_evidence, output_check, request_path,
+               warm_engine, warm_grouping)
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 
@@ -50,13 +51,15 @@ class EngineStart:
     shutdown_s: float | None = None
     wall_s: float | None = None
     memory_bytes: int | None = None
-    memory_kind: str = "process_rss"
+    memory_kind: str = "process_rss"  # what memory_bytes measured: the group's RSS, or used device memory (NVML)
     status: str = "starting"  # starting | serving | failed | closed
     reasons: list[str] = dataclasses.field(default_factory=list)
     captures: int = 0
     first_measured_cell: int | None = None
     engine: warm_engine.WarmEngine | None = None
     adapter_lines: list[str] = dataclasses.field(default_factory=list)
+    # what the engine's perf-dump memory figures are, from its own log (memory_evidence.py), for every request
+    memory: memory_evidence.MemoryEvidence = dataclasses.field(default_factory=memory_evidence.MemoryEvidence)
     facts: engine_args.EngineRunFacts = dataclasses.field(default_factory=engine_args.EngineRunFacts)
 
     def to_json(self) -> dict[str, Any]:
@@ -65,6 +68,7 @@ class EngineStart:
                 "warmup_requests": self.warmup_requests, "measured_s": _r(self.measured_s),
                 "measured_requests": self.measured_requests, "shutdown_s": _r(self.shutdown_s),
                 "wall_s": _r(self.wall_s), "memory_bytes": self.memory_bytes, "memory_kind": self.memory_kind,
+                "perf_memory": self.memory.to_json(),
                 "status": self.status, "reasons": self.reasons, "bcg_captures": self.captures,
                 "first_measured_cell": self.first_measured_cell, "engine_run": self.facts.to_json()}
 
@@ -120,7 +124,7 @@ class WarmCampaign:
             args = [f"--config={config}" if t == f"--config={inv.config_path}" else t for t in args]
         argv = warm_engine.driver_argv(runner.engine_python, args)
         start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
-                            contract.utc_now(),  # the engine's own memory figures: device memory on a GPU
+                            contract.utc_now(),  # how its footprint is measured: RSS on CPU, NVML on a GPU
                             memory_kind="process_rss" if runner.cuda_visible_devices is None else "device")
         self.starts.append(start)
         print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)
@@ -183,15 +187,15 @@ class WarmCampaign:
         return [self.runner.invocations[i] for i in firsts.values() for _ in range(self.settings.warmup_requests)]
 
     def _note_adapter(self, start: EngineStart, line: str) -> None:
-        """The CPU adapter's lines of this engine (it may patch lazily, so requests add lines too)."""
+        """The CPU adapter's lines and the memory evidence of this engine (the adapter may patch lazily, so
+        requests add lines too)."""
+        start.memory.feed(line)
         if sgl_cpu_adapter.TAG not in line:
             return
         start.adapter_lines.append(line)
         adapter = sgl_cpu_adapter.summarize(start.adapter_lines)
         if adapter is not None:
             self.runner.adapter = adapter
-            # memory figures are the engine's own unless the adapter's torch.cpu stand-in produced them
-            start.memory_kind = "process_rss" if adapter["memory_source"] == "process_rss" else "device"
 
     def _gpu_snapshot(self) -> tuple[set[int], dict[str, int]] | None:
         """GPU process ids and used memory per leased GPU (None on CPU)."""
@@ -298,8 +302,8 @@ class WarmCampaign:
         request_path.finish_cell(cell, verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason,
                                  stop_line=segment.stop_line, stopped_after_s=segment.stopped_after_s,
                                  wall_s=segment.wall_s, perf_dump_path=perf_dump, output_dir=output_dir,
-                                 output_stem=stem, task=runner.preset.task, memory_kind=start.memory_kind,
-                                 boundary=edges, request_error=error)
+                                 output_stem=stem, task=runner.preset.task, memory_kind=start.memory.kind,
+                                 boundary=edges, request_error=error, requested=output_check.requested_shape(args))
         if segment.status in ("stopped", "timeout", "exited"):
             start.status = "failed"
             start.reasons.append(_segment_reason(segment, f"during request {request_id}"))
@@ -411,7 +415,8 @@ def cold_engines_block(cells: Sequence[Cell], metric: str, threshold_pct: float)
     starts = [{"id": f"cell{c.index}", "arms": [c.arm], "argv": c.argv, "log_path": c.log_path,
                "started_at": c.started_at, "load_s": None, "warmup_s": None, "warmup_requests": 0,
                "measured_s": None, "measured_requests": 1, "shutdown_s": None, "wall_s": c.wall_s,
-               "memory_bytes": None, "memory_kind": (c.perf or {}).get("memory_kind") or "device",
+               "memory_bytes": None, "memory_kind": None,  # a cold cell's footprint is not measured
+               "perf_memory": {"kind": (c.perf or {}).get("memory_kind"), "basis": "the cell's own engine log"},
                "status": "closed", "reasons": [], "bcg_captures": None,
                "first_measured_cell": c.index} for c in cells if c.status != "skipped"]
     return engines_block("cold", "one_process_per_cell", None, starts, cells, metric, threshold_pct, 0)
