@@ -42,9 +42,9 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
     if INSTALLED == OLDER_RELEASE:  # every gap filled; memory is the b5 stand-in's process RSS
         assert adapter["applied"] == list(sgl_cpu_adapter.PATCHES)
         assert all(c["perf"]["memory_kind"] == "process_rss" for c in cells)
-    else:  # 0.5.23: only b0, and the engine records no memory on CPU
+    else:  # 0.5.23: only b0, and the engine records no memory on CPU: nothing says what a figure would be
         assert adapter["active"] and adapter["applied"] == ["b0"] and adapter["memory_source"] is None
-        assert all(c["perf"]["peak_memory_mb"] is None and c["perf"]["memory_kind"] == "device" for c in cells)
+        assert all(c["perf"]["peak_memory_mb"] is None and c["perf"]["memory_kind"] is None for c in cells)
     assert doc["summary"]["comparison"]["verdict"] in (
         "improved", "regressed", "no_significant_change", "insufficient_data")
     # One status line per cell on stderr, and the report file is the printed document.

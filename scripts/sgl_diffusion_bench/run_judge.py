@@ -106,7 +106,7 @@ def judge(request: JudgeRequest) -> dict[str, Any]:
     reasons += [_with_cure(r, engine_log is not None) for r in judged.reasons]
     if not profiling and verdict.profiler_traces:
         reasons.append(f"profiler.timings_distorted: the run saved profiler traces "
-                       f"({verdict.profiler_traces[0].line}): its timings are not a measurement; judge it with "
+                       f"({verdict.profiler_traces[0]}): its timings are not a measurement; judge it with "
                        "--intent profile")
     status = judged.status if judged.status == "failed" or not reasons else "invalid"
     return {"intent": {"purpose": request.intent, "bcg": request.bcg, "quality": request.quality,
