@@ -91,6 +91,21 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     return "\n".join(lines).rstrip() + "\n"
 
 
+def run_order_section(doc: Mapping[str, Any]) -> list[str]:
+    """The seed PR's run-order table with its means, then the per-round changes and outliers, for other reports
+    (collect_pr_evidence's EVIDENCE.md) to state exactly as this one does."""
+    cells = _cells(doc)
+    arms = arm_order(doc["campaign"], cells)
+    lines = [*_run_order_table(cells, arms), ""]
+    for paragraph in [*_changes(doc["summary"].get("comparison")), *_outliers(doc["summary"], arms)]:
+        lines += [paragraph, ""]
+    return lines
+
+
+def output_quality_section(doc: Mapping[str, Any]) -> list[str]:
+    return _output_quality(doc["summary"].get("output_quality"))[3:]
+
+
 def _request(doc: Mapping[str, Any]) -> list[str]:
     """What was asked of the preset: the model it ran, the fields changed, the extra engine flags."""
     request = (doc.get("engine") or {}).get("request")

@@ -1,0 +1,187 @@
+"""``collect_pr_evidence.py verify DIR``: a reviewer's check of a folder, from the folder alone. Every recorded
+file is re-hashed and no unrecorded file may sit beside them; every document is validated against its schema; the
+log gates (run_judge, the runner's own request path) are re-run over each counted cell's stored logs and perf dump;
+the statistics and the verdict are recomputed from the stored per-cell numbers; EVIDENCE.md is re-rendered and
+compared line by line. One finding per discrepancy: the file, what was expected, what was found."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import contract, fileio, output_check, presets, run_judge, sequential, stats
+from ..cell import Cell
+from . import manifest, render
+
+COMPARED_FIGURES = ("baseline_mean", "candidate_mean", "change_pct", "ci_low_pct", "ci_high_pct")
+STATE_FILES = {manifest.NAME}
+
+
+def _finding(file: str, check: str, expected: Any, found: Any) -> dict[str, str]:
+    return {"file": file, "check": check, "expected": str(expected), "found": str(found)}
+
+
+class Verifier:
+    def __init__(self, root: Path):
+        self.root = root
+        self.findings: list[dict[str, str]] = []
+        self.checked = {"files": 0, "documents": 0, "cells_judged": 0, "statistics": False, "markdown": False}
+
+    def add(self, *args: Any) -> None:
+        self.findings.append(_finding(*args))
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return str(path)
+
+    # -- files -----------------------------------------------------------------------------------------------------
+
+    def files(self, doc: Mapping[str, Any]) -> None:
+        records = [f for s in doc["steps"] for f in s["files"]] + list(doc["rendered"])
+        for rec in records:
+            path = self.root / rec["path"]
+            self.checked["files"] += 1
+            if not path.is_file():
+                self.add(rec["path"], "missing", f"a file of {rec['bytes']} bytes, sha256 {rec['sha256']}", "no file")
+                continue
+            found = fileio.sha256_file(path)
+            if found != rec["sha256"]:
+                self.add(rec["path"], "hash", rec["sha256"], found)
+        recorded = manifest.recorded_paths(doc) | STATE_FILES
+        for path in sorted(p for p in self.root.rglob("*") if p.is_file() or p.is_symlink()):
+            rel = self.rel(path)
+            if rel not in recorded:
+                self.add(rel, "not_recorded", "only files the manifest records", "a file it does not record")
+
+    def documents(self, doc: Mapping[str, Any]) -> None:
+        for rec in (f for s in doc["steps"] for f in s["files"]):
+            path = self.root / rec["path"]
+            if not rec["path"].endswith(".json") or not path.is_file():
+                continue
+            try:
+                body = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                self.add(rec["path"], "schema", "a JSON document", f"does not parse: {exc}")
+                continue
+            schema_id = body.get("schema") if isinstance(body, dict) else None
+            if isinstance(schema_id, str) and schema_id in contract.list_schema_ids():
+                self.checked["documents"] += 1
+                errors = contract.validation_errors(body, schema_id)
+                if errors:
+                    self.add(rec["path"], "schema", f"a valid {schema_id}", errors[0])
+
+    # -- the campaign ------------------------------------------------------------------------------------------------
+
+    def campaign(self, doc: Mapping[str, Any]) -> None:
+        step = manifest.step(doc, "campaign")
+        camp = render.campaign_report(self.root, doc)
+        if step["status"] != "done" or camp is None:
+            return
+        preset = presets.get_preset(doc["request"]["model"])
+        overrides = doc["request"]["overrides"]
+        shape = output_check.RequestedShape(overrides.get("width", preset.width), overrides.get("height",
+                                            preset.height), overrides.get("num_frames", preset.num_frames))
+        cells = [Cell.from_json(c) for c in camp["cells"]]
+        for cell in cells:
+            if cell.valid:
+                self._judge(doc, camp, cell, preset.task, shape)
+        self._statistics(step["document"], camp, cells)
+
+    def _judge(self, doc, camp, cell: Cell, task: str, shape: output_check.RequestedShape) -> None:
+        log = render.local_path(self.root, doc, cell.log_path)
+        dump = render.local_path(self.root, doc, cell.perf_dump_path)
+        where = self.rel(log) if log else f"cell {cell.index}"
+        if log is None or not log.is_file() or dump is None or not dump.is_file():
+            return  # named by the file check already
+        arm = camp["campaign"]["arms"][cell.arm]
+        outputs = tuple(render.local_path(self.root, doc, o["path"]) for o in cell.outputs)
+        try:
+            judged = run_judge.judge(run_judge.JudgeRequest(
+                log=log, engine_version=camp["engine"]["version"], perf_dump=dump,
+                outputs=tuple(p for p in outputs if p is not None), bcg=bool(arm.get("bcg")),
+                quality=arm.get("quality"), task=task, requested=shape))
+        except contract.ToolError as exc:
+            self.add(self.rel(dump), "perf_dump", "a perf dump the runner's parser reads", exc.message)
+            return
+        self.checked["cells_judged"] += 1
+        if judged["status"] != "valid":
+            self.add(where, "log_gate", f"cell {cell.index} counted (valid)",
+                     f"{judged['status']}: {'; '.join(judged['reasons'][:2])}")
+            return
+        for key in ("e2e_ms", "denoise_ms"):
+            if not _same(judged["perf"].get(key), (cell.perf or {}).get(key)):
+                self.add(self.rel(dump), "perf_dump", f"cell {cell.index} {key} {(cell.perf or {}).get(key)}",
+                         judged["perf"].get(key))
+        cell.perf = judged["perf"]  # the statistics below are taken from the stored dumps, not the report's copy
+
+    def _statistics(self, report_rel: str, camp: Mapping[str, Any], cells: list[Cell]) -> None:
+        c = camp["campaign"]
+        stored = camp["summary"]["comparison"]
+        if stored is None:
+            return
+        stopping = c["stopping"]
+        options = {"confidence": stopping["look_confidence"]} if stopping["rule"] == "until_verdict" else {}
+        summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
+                                  discard_outliers=c["discard_outliers"], threshold_pct=c["threshold_pct"],
+                                  primary_metric=c["primary_metric"], **options)
+        self.checked["statistics"] = True
+        for metric, figures in summary["comparison"]["metrics"].items():
+            for key in COMPARED_FIGURES:
+                if not _same(figures.get(key), stored["metrics"][metric].get(key)):
+                    self.add(report_rel, "statistics", f"{metric} {key} {figures.get(key)} (from the stored cells)",
+                             stored["metrics"][metric].get(key))
+        if stored["verdict"] not in stats.VERDICTS:
+            return  # overruled by the output check (outputs_differ): no timing verdict to recompute
+        verdict = summary["comparison"]["verdict"]
+        if stopping["rule"] == "until_verdict":
+            rule = sequential.StoppingRule(c["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
+                                           stopping["overall_confidence"], metric=c["primary_metric"])
+            verdict = sequential.look(rule, cells, c["baseline_arm"], c["candidate_arm"],
+                                      stopping["rounds_run"])["verdict"]
+        if verdict != stored["verdict"]:
+            self.add(report_rel, "verdict", f"{verdict} (recomputed from the stored cells)", stored["verdict"])
+
+    # -- the Markdown ----------------------------------------------------------------------------------------------
+
+    def markdown(self, doc: Mapping[str, Any]) -> None:
+        path = self.root / render.MARKDOWN_NAME
+        if not path.is_file():
+            return  # a missing EVIDENCE.md is named by the file check
+        expected = render.render_markdown(self.root, doc).splitlines()
+        found = path.read_text(encoding="utf-8").splitlines()
+        self.checked["markdown"] = True
+        for number, (want, got) in enumerate(zip(expected, found, strict=False), start=1):
+            if want != got:
+                self.add(render.MARKDOWN_NAME, "markdown", f"line {number}: {want}", got)
+                return
+        if len(expected) != len(found):
+            self.add(render.MARKDOWN_NAME, "markdown", f"{len(expected)} lines", f"{len(found)} lines")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return a == b
+
+
+def verify(root: Path) -> dict[str, Any]:
+    """The evidence-verify.v1 payload; ``ok`` only when every check agrees."""
+    if not root.is_dir():
+        raise contract.UsageError("evidence.not_a_folder", f"{root} is not a folder", "pass an evidence folder")
+    doc = manifest.load(root)
+    if doc is None:
+        raise contract.InputError("evidence.manifest_missing", f"{root} has no {manifest.NAME}: not an evidence "
+                                  "folder", "pass the --out folder of collect_pr_evidence.py run")
+    verifier = Verifier(root)
+    verifier.files(doc)
+    verifier.documents(doc)
+    verifier.campaign(doc)
+    verifier.markdown(doc)
+    if doc["state"] != "complete":
+        verifier.add(manifest.NAME, "manifest", "state complete", f"state {doc['state']}")
+    return {"ok": not verifier.findings, "dir": str(root), "findings": verifier.findings,
+            "checked": verifier.checked}
