@@ -1,0 +1,106 @@
+"""collect_pr_evidence without the engine: the request's normalisation and hash, the manifest's schema, and every
+refusal a user can meet before anything runs (another request's folder, a foreign folder, an unwritable --out, a
+preset this machine cannot run), each with nothing lost."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_script
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.evidence import manifest, request, verify
+
+TINY = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info")
+
+
+def _request(**changes):
+    values = dict(model="tiny-flux-cpu", model_path=None, overrides=[], bcg=False, baseline_args="",
+                  candidate_args="--log-level info", threshold_pct=1.5, samples=1, budget_requests=8,
+                  model_cache_root=None)
+    return request.build(**{**values, **changes})
+
+
+def test_one_change_spelled_two_ways_hashes_alike_and_a_different_one_is_named():
+    one, same = _request(), _request(candidate_args="--log-level   'info'")
+    assert one.sha256() == same.sha256()
+    other = _request(threshold_pct=2.0, samples=2, budget_requests=16)
+    assert request.differing_fields(one.to_json(), other.to_json()) == ["budget_requests", "samples", "threshold_pct"]
+    assert one.budget_rounds == 2 and _request(budget_requests=11).budget_requests == 8  # whole rounds only
+
+
+def test_a_change_that_is_not_one_and_arms_of_different_layouts_are_refused():
+    for changes, code in (({"candidate_args": ""}, "evidence.no_change"),
+                          ({"candidate_args": "--tp-size 2"}, "evidence.layouts_differ"),
+                          ({"bcg": True}, "usage.rejected_combination"),
+                          ({"budget_requests": 4}, "usage.bad_budget")):
+        try:
+            _request(**changes)
+        except contract.UsageError as exc:
+            assert exc.code == code
+        else:
+            raise AssertionError(f"{changes} was accepted")
+
+
+def test_a_new_manifest_validates_and_a_damaged_one_is_refused(tmp_path):
+    asked = _request()
+    doc = manifest.new_manifest(tmp_path, asked.to_json(), asked.sha256())
+    assert contract.validation_errors(doc) == [] and [s["name"] for s in doc["steps"]] == list(manifest.STEPS)
+    manifest.save(tmp_path, doc)
+    assert manifest.load(tmp_path)["request_sha256"] == asked.sha256()
+    (tmp_path / manifest.NAME).write_text(json.dumps({**doc, "state": "half-done"}))
+    try:
+        manifest.load(tmp_path)
+    except contract.InputError as exc:
+        assert exc.code == "evidence.manifest_unreadable" and "state" in exc.message
+    else:
+        raise AssertionError("a manifest with an unknown state was read")
+
+
+def test_a_folder_of_another_request_is_refused_naming_the_fields_and_left_as_it_was(tmp_path):
+    asked = _request()
+    manifest.save(tmp_path, manifest.new_manifest(tmp_path, asked.to_json(), asked.sha256()))
+    before = (tmp_path / manifest.NAME).read_bytes()
+    run = run_script("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--budget-requests", "8",
+                     "--threshold", "3", "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "evidence.other_request"
+    assert "threshold_pct" in run.document["error"]["message"]
+    assert (tmp_path / manifest.NAME).read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        manifest.NAME]
+
+
+def test_a_foreign_folder_an_unwritable_out_and_a_preset_that_cannot_run_here_are_refused(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    run = run_script("collect_pr_evidence", "run", "--out", str(foreign), *TINY, "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "evidence.foreign_folder"
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for out in (blocker, blocker / "below"):
+        run = run_script("collect_pr_evidence", "run", "--out", str(out), *TINY, "--json")
+        assert run.returncode == 2 and run.document["error"]["code"] == "usage.output_unwritable", run.stdout
+    # flux needs a GPU (and gated weights): refused with exit 3 before anything is written
+    gpu_out = tmp_path / "gpu"
+    run = run_script("collect_pr_evidence", "run", "--out", str(gpu_out), "--model", "flux", "--bcg", "--json",
+                     env={"HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 3 and run.document["error"]["code"] == "evidence.not_ready", run.stdout
+    assert "gpus" in run.document["error"]["message"] and not gpu_out.exists()
+
+
+def test_verify_names_a_missing_file_and_one_the_manifest_does_not_record(tmp_path):
+    asked = _request()
+    doc = manifest.new_manifest(tmp_path, asked.to_json(), asked.sha256())
+    (tmp_path / "readiness").mkdir()
+    kept = tmp_path / "readiness" / "readiness.json"
+    kept.write_text("{}")
+    manifest.step(doc, "readiness").update(status="done", files=[manifest.file_record(tmp_path, kept)])
+    manifest.step(doc, "campaign")["files"] = [{"path": "campaign/gone.log", "sha256": "0" * 64, "bytes": 3}]
+    manifest.save(tmp_path, doc)
+    (tmp_path / "stray.txt").write_text("x")
+    found = {(f["file"], f["check"]) for f in verify.verify(tmp_path)["findings"]}
+    assert {("campaign/gone.log", "missing"), ("stray.txt", "not_recorded"), ("evidence.json", "manifest")} <= found
+    run = run_script("collect_pr_evidence", "verify", str(tmp_path), "--json")
+    assert run.returncode == 1 and run.document["schema"] == "evidence-verify.v1" and not run.document["ok"]
+    missing = run_script("collect_pr_evidence", "verify", str(tmp_path / "nowhere"), "--json")
+    assert missing.returncode == 2 and missing.document["error"]["code"] == "evidence.not_a_folder"
