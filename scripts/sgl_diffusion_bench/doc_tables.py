@@ -21,7 +21,7 @@ RENDERERS = {
     "error-codes": "sgl_diffusion_bench.error_codes:render_error_table",
     # reference/options.md: each script's options, from its own parser
     **{f"options-{cli}": f"sgl_diffusion_bench.cli.options_reference:render:{cli}"
-       for cli in ("bench", "profile", "compare", "report", "trace", "cache", "env")},
+       for cli in ("bench", "profile", "compare", "report", "trace", "cache", "env", "evidence")},
 }
 DOCS = ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "reference/presets.md",
         "reference/troubleshooting.md", "reference/options.md")

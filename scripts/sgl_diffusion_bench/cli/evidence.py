@@ -40,7 +40,7 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--baseline-args", default="", help="extra engine flags of the baseline, one shell string")
     p.add_argument("--candidate-args", default="", help="extra engine flags of the candidate, one shell string")
     p.add_argument("--threshold", type=_runner.bounded_float(0, 100, low_open=True), default=1.5,
-                   help="smallest change (%%) that counts (default 1.5)")
+                   help="smallest change in percent that counts (default 1.5)")
     p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
                    help="measured requests per slot (A1, B1, ...), back to back (default 1)")
     p.add_argument("--budget-requests", type=_runner.bounded_int(1, 1_000_000),

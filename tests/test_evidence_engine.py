@@ -1,0 +1,157 @@
+"""collect_pr_evidence on the real CPU engine (tiny-flux-cpu): one folder, made by a run that is killed during its
+campaign and then run again; every test reads that one folder (or a copy it tampers with). Killed and resumed, the
+folder is complete, no finished step ran twice (the engine starts are counted in the documents), verify passes, and
+editing a perf dump, deleting a log or changing a line of EVIDENCE.md each makes verify fail naming that file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS, run_script
+
+pytestmark = pytest.mark.engine
+
+REQUEST = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info", "--budget-requests", "8")
+
+
+def _manifest(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "evidence.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _step(doc: dict, name: str) -> dict:
+    return next(s for s in doc["steps"] if s["name"] == name)
+
+
+def _first_cell_done(folder: Path) -> bool:
+    report = folder / "campaign" / "tiny-flux-cpu__evidence.bench-report.json"
+    try:
+        return any(c["status"] != "skipped" for c in json.loads(report.read_text())["cells"])
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> dict:
+    """Start a run, SIGTERM it once its campaign has judged a cell, keep what the kill left, run it again."""
+    base = tmp_path_factory.mktemp("evidence")
+    out, cache = base / "out", base / "cache"
+    args = [sys.executable, str(SCRIPTS / "collect_pr_evidence.py"), "run", "--out", str(out), *REQUEST,
+            "--model-cache-root", str(cache), "--json"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, "HF_TOKEN": HF_TOKEN_CANARY})
+    deadline = time.monotonic() + 1200
+    while time.monotonic() < deadline and proc.poll() is None:
+        doc = _manifest(out)
+        if doc and _step(doc, "campaign")["status"] == "running" and _first_cell_done(out):
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(1)
+    stdout, stderr = proc.communicate(timeout=600)
+    killed = {"returncode": proc.returncode, "stdout": stdout, "stderr": stderr, "manifest": _manifest(out)}
+    resumed = run_script("collect_pr_evidence", *args[2:], timeout=1800)
+    return {"out": out, "killed": killed, "resumed": resumed}
+
+
+def test_a_killed_run_leaves_a_manifest_naming_the_step_it_interrupted(folder):
+    killed = folder["killed"]
+    assert killed["returncode"] == 130, killed["stderr"][-3000:]
+    assert json.loads(killed["stdout"])["error"]["code"] == "run.interrupted"
+    doc = killed["manifest"]
+    assert doc["state"] == "interrupted" and doc["interrupted_step"] == "campaign"
+    assert _step(doc, "readiness")["status"] == "done" and _step(doc, "campaign")["status"] == "interrupted"
+    assert all(_step(doc, n)["status"] == "pending" for n in ("profile", "trace_analysis", "cleanup"))
+
+
+def test_the_resumed_run_completes_and_no_finished_step_ran_twice(folder):
+    run = folder["resumed"]
+    doc = run.document
+    assert run.returncode == 0 and doc["state"] == "complete" and doc["ok"], run.stderr[-3000:]
+    statuses = {s["name"]: s["status"] for s in doc["steps"]}
+    assert statuses == {"readiness": "done", "campaign": "done", "output_identity": "done", "profile": "done",
+                        "trace_analysis": "done", "bcg_replay": "skipped", "cleanup": "done"}
+    assert "no arm uses breakable CUDA graphs" in _step(doc, "bcg_replay")["reason"]
+    # readiness finished before the kill and was kept: the same start time, one attempt
+    assert _step(doc, "readiness")["started_at"] == _step(folder["killed"]["manifest"], "readiness")["started_at"]
+    assert {s["name"]: s["attempts"] for s in doc["steps"]} == {
+        "readiness": 1, "campaign": 2, "output_identity": 1, "profile": 1, "trace_analysis": 1, "bcg_replay": 1,
+        "cleanup": 1}
+    report = json.loads((folder["out"] / _step(doc, "campaign")["document"]).read_text())
+    assert report["engines"]["engine_starts"] == 2  # one warm engine per arm, in the campaign that finished
+    assert len(report["cells"]) == 8 and all(c["status"] == "valid" for c in report["cells"])
+    for arm in ("baseline", "candidate"):
+        profile = json.loads((folder["out"] / "profile" / f"profile-{arm}.json").read_text())
+        assert profile["status"] == "valid" and len(profile["traces"]) == 1  # one profiled engine start per arm
+    markdown = (folder["out"] / "EVIDENCE.md").read_text()
+    order = ["## Claim and verdict", "## Environment", "## A/B/B/A run order", "## Output identity",
+             "## Profile comparison", "## Replay correctness", "## Cache cleanup", "## How to reproduce"]
+    assert [markdown.index(h) for h in order] == sorted(markdown.index(h) for h in order)
+    verdict = report["summary"]["comparison"]["verdict"]
+    assert f"**Verdict: {verdict}**" in markdown and "byte-identical" in markdown
+    assert (folder["out"] / "evidence-plot.png").stat().st_size > 10_000
+
+
+def test_verify_passes_on_the_folder_and_a_second_run_redoes_nothing(folder, tmp_path):
+    out = folder["out"]
+    run = run_script("collect_pr_evidence", "verify", str(out), "--json")
+    assert run.returncode == 0 and run.document["ok"], run.document["findings"]
+    checked = run.document["checked"]
+    assert checked["cells_judged"] == 8 and checked["statistics"] and checked["markdown"]
+    assert checked["documents"] >= 5
+    again = run_script("collect_pr_evidence", "run", "--out", str(out), *REQUEST, "--model-cache-root",
+                       str(out.parent / "cache"), "--json", timeout=600)
+    assert again.returncode == 0 and [s["attempts"] for s in again.document["steps"]] == \
+        [s["attempts"] for s in folder["resumed"].document["steps"]]
+    moved = tmp_path / "moved"  # a reviewer's copy elsewhere verifies too: paths are read relative to the folder
+    shutil.copytree(out, moved)
+    assert run_script("collect_pr_evidence", "verify", str(moved), "--json").returncode == 0
+
+
+def _tampered(folder, tmp_path, change) -> list[dict]:
+    copy = tmp_path / "copy"
+    shutil.copytree(folder["out"], copy)
+    change(copy)
+    run = run_script("collect_pr_evidence", "verify", str(copy), "--json")
+    assert run.returncode == 1 and not run.document["ok"]
+    return run.document["findings"]
+
+
+def test_an_edited_perf_dump_fails_verify_naming_it(folder, tmp_path):
+    report = json.loads((folder["out"] / _step(folder["resumed"].document, "campaign")["document"]).read_text())
+    dump = Path(report["cells"][0]["perf_dump_path"]).relative_to(_manifest(folder["out"])["out_dir"])
+
+    def edit(copy: Path) -> None:
+        doc = json.loads((copy / dump).read_text())
+        doc["total_duration_ms"] = doc["total_duration_ms"] * 0.5
+        (copy / dump).write_text(json.dumps(doc))
+
+    findings = _tampered(folder, tmp_path, edit)
+    named = {(f["file"], f["check"]) for f in findings}
+    assert (dump.as_posix(), "hash") in named and (dump.as_posix(), "perf_dump") in named, findings
+
+
+def test_a_deleted_log_fails_verify_naming_it(folder, tmp_path):
+    logs = sorted(p for p in (folder["out"] / "campaign").rglob("*.log"))
+    gone = logs[0].relative_to(folder["out"]).as_posix()
+    findings = _tampered(folder, tmp_path, lambda copy: (copy / gone).unlink())
+    assert (gone, "missing") in {(f["file"], f["check"]) for f in findings}, findings
+
+
+def test_a_changed_line_of_evidence_md_fails_verify_naming_it(folder, tmp_path):
+    def edit(copy: Path) -> None:
+        text = (copy / "EVIDENCE.md").read_text()
+        (copy / "EVIDENCE.md").write_text(text.replace("**Verdict: ", "**Verdict: improved, not ", 1))
+
+    findings = _tampered(folder, tmp_path, edit)
+    assert {(f["file"], f["check"]) for f in findings} == {("EVIDENCE.md", "hash"), ("EVIDENCE.md", "markdown")}
