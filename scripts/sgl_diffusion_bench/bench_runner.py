@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
@@ -61,6 +62,7 @@ class CampaignSettings:
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
     warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
     stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known
+    time_budget_s: float | None = None  # --until-verdict: no further round once this many seconds have passed
     request: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # model_path, overrides, extra_args asked for
 
 
@@ -127,6 +129,7 @@ class CampaignRunner:
         self.engine_python = engine.python or sys.executable  # the warm driver runs under the engine's interpreter
         self._warm: warm_campaign.WarmCampaign | None = None
         self.looks: list[dict[str, Any]] = []  # --until-verdict: one entry per look at the change
+        self._started_monotonic = time.monotonic()  # reset when the cells start (the time budget counts from there)
         if settings.stopping is not None and (plan.baseline_arm is None or plan.mode == "matrix"):
             raise contract.UsageError("usage.until_verdict_needs_ab", f"--until-verdict needs one A/B/B/A "
                                       f"comparison; --campaign {plan.mode} has none or several",
@@ -190,6 +193,7 @@ class CampaignRunner:
     def run(self, progress: Progress | None = None) -> dict[str, Any]:
         """Run every cell; always returns the (possibly partial) report, re-raising KeyboardInterrupt after it."""
         progress = progress or Progress(len(self.cells))
+        self._started_monotonic = time.monotonic()
         self.settings.output_root.mkdir(parents=True, exist_ok=True)
         if self.claim is not None:
             self.claim.mark_started()
@@ -235,6 +239,9 @@ class CampaignRunner:
         self.looks.append(sequential.look(rule, self.cells[:index + 1], self.plan.baseline_arm,
                                           self.plan.candidate_arm, slot.round))
         stop = self.looks[-1]["stop"]
+        if stop is None and self.settings.time_budget_s is not None and \
+                time.monotonic() - self._started_monotonic >= self.settings.time_budget_s:
+            stop = self.looks[-1]["stop"] = "budget"  # the time budget is spent: the verdict stands as it is
         if stop is None:
             return False
         print(f"[until_verdict] stop after round {slot.round}: {stop} ({self.looks[-1]['verdict']})",

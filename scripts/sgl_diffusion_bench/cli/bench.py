@@ -95,6 +95,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                            "spent (a sequential rule with Bonferroni-corrected looks; the report records it)")
     camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, campaign.MAX_ROUNDS), default=sequential.DEFAULT_BUDGET_ROUNDS,
                       help=f"--until-verdict: most rounds to run (default {sequential.DEFAULT_BUDGET_ROUNDS})")
+    camp.add_argument("--budget-minutes", type=_runner.bounded_float(0, 7 * 24 * 60, low_open=True),
+                      help="--until-verdict: start no further round after this many minutes (the verdict stands "
+                           "as the last look left it)")
     camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
                            "resident and interleaves requests A/B/B/A when memory allows, else alternates blocks")
@@ -214,6 +217,7 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         warm_schedule=args.warm_schedule,
         stopping=sequential.StoppingRule(args.threshold_pct, args.budget_rounds, metric=args.primary_metric)
         if args.until_verdict else None,
+        time_budget_s=args.budget_minutes * 60 if args.until_verdict and args.budget_minutes else None,
         request={"model_path": str(Path(args.model_path).expanduser().resolve()) if args.model_path else None,
                  "overrides": presets.parse_overrides(args.override), "extra_args": shlex.split(args.extra_args)})
 

@@ -45,6 +45,8 @@ def build_parser() -> _runner.Parser:
                    help="measured requests per slot (A1, B1, ...), back to back (default 1)")
     p.add_argument("--budget-requests", type=_runner.bounded_int(1, 1_000_000),
                    help="most measured requests the campaign may spend (default 8 rounds: 32 x --samples)")
+    p.add_argument("--budget-minutes", type=_runner.bounded_float(0, 7 * 24 * 60, low_open=True),
+                   help="start no further A/B/B/A round after this many minutes of campaign")
     p.add_argument("--model-cache-root", help="an isolated HF cache below this directory, deleted and ledgered "
                                               "after the campaign, the ledger re-checked")
     for name, text in (("verify", "re-check a folder: hashes, schemas, log gates, statistics, EVIDENCE.md"),
@@ -65,7 +67,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     asked = request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
                           baseline_args=args.baseline_args, candidate_args=args.candidate_args,
                           threshold_pct=args.threshold, samples=args.samples, budget_requests=args.budget_requests,
-                          model_cache_root=args.model_cache_root)
+                          model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes)
     doc = run.run(Path(args.out), asked)
     return _runner.Result(doc, render_run(doc))
 

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 from .. import contract, fileio
 
 NAME = "evidence.json"
-SCHEMA = "evidence.v1"
+MANIFEST_SCHEMA = "evidence.v1"
 TOOL = "collect_pr_evidence"
 STEPS = ("readiness", "campaign", "output_identity", "profile", "trace_analysis", "bcg_replay", "cleanup")
 FINISHED = ("done", "skipped")  # a step in one of these states is kept on resume when its files still hash
@@ -35,7 +35,7 @@ def new_step(name: str) -> dict[str, Any]:
 
 
 def new_manifest(root: Path, request: Mapping[str, Any], request_sha256: str) -> dict[str, Any]:
-    doc = contract.envelope(SCHEMA, TOOL, ok=False, state="running", out_dir=str(root), request=dict(request),
+    doc = contract.envelope(MANIFEST_SCHEMA, TOOL, ok=False, state="running", out_dir=str(root), request=dict(request),
                             request_sha256=request_sha256, versions={}, machine={}, layout={},
                             steps=[new_step(n) for n in STEPS], rendered=[], interrupted_step=None)
     return doc
@@ -51,7 +51,7 @@ def load(root: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise contract.InputError("evidence.manifest_unreadable", f"{path} does not parse: {exc}",
                                   "restore it, or choose a new --out") from None
-    errors = contract.validation_errors(doc, SCHEMA) if isinstance(doc, dict) else ["not an object"]
+    errors = contract.validation_errors(doc, MANIFEST_SCHEMA) if isinstance(doc, dict) else ["not an object"]
     if errors:
         raise contract.InputError("evidence.manifest_unreadable", f"{path} is not an evidence.v1 document: "
                                   f"{errors[0]}", "restore it, or choose a new --out")

@@ -198,6 +198,8 @@ def doc_command(doc: Mapping[str, Any]) -> str:
                  f"--candidate-args={shlex.join(req['candidate_args'])}"]
     argv += ["--threshold", f"{req['threshold_pct']:g}", "--samples", str(req["samples"]), "--budget-requests",
              str(req["budget_requests"])]
+    if req["budget_minutes"]:
+        argv += ["--budget-minutes", f"{req['budget_minutes']:g}"]
     if req["model_cache_root"]:
         argv += ["--model-cache-root", req["model_cache_root"]]
     return shlex.join(argv)

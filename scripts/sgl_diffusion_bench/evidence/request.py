@@ -29,6 +29,7 @@ class EvidenceRequest:
     samples: int
     budget_requests: int
     model_cache_root: str | None
+    budget_minutes: float | None = None
     profile_timesteps: int = 2
 
     @property
@@ -56,7 +57,7 @@ class EvidenceRequest:
 
 def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: bool, baseline_args: str,
           candidate_args: str, threshold_pct: float, samples: int, budget_requests: int | None,
-          model_cache_root: str | None) -> EvidenceRequest:
+          model_cache_root: str | None, budget_minutes: float | None = None) -> EvidenceRequest:
     """The normalised request; a UsageError for a change that is not described, or arms of different layouts."""
     try:
         base, cand = tuple(shlex.split(baseline_args)), tuple(shlex.split(candidate_args))
@@ -87,7 +88,8 @@ def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: 
         overrides=presets.parse_overrides(list(overrides)), experiment="bcg" if bcg else "args",
         baseline_args=base, candidate_args=cand, threshold_pct=threshold_pct, samples=samples,
         budget_requests=rounds * 4 * samples,
-        model_cache_root=str(Path(model_cache_root).expanduser().resolve()) if model_cache_root else None)
+        model_cache_root=str(Path(model_cache_root).expanduser().resolve()) if model_cache_root else None,
+        budget_minutes=budget_minutes)
 
 
 def layout_of(args: Sequence[str]) -> dict[str, str]:

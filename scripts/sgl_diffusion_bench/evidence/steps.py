@@ -85,6 +85,7 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
         model_cache_root=Path(req.model_cache_root) if req.model_cache_root else None,
         cleanup_model_cache=req.model_cache_root is not None,
         stopping=sequential.StoppingRule(req.threshold_pct, req.budget_rounds),
+        time_budget_s=req.budget_minutes * 60 if req.budget_minutes else None,
         request={"model_path": req.model_path, "overrides": dict(req.overrides), "extra_args": []})
     model_path, _ = presets.model_location(ctx.preset, req.model_path, build=False)
     return bench_runner.CampaignRunner(ctx.preset, plan, settings, ctx.caps, environment={}, model_path=model_path,
@@ -97,6 +98,8 @@ def campaign_command(ctx: Context) -> str:
             "--engine", "warm", "--until-verdict", "--budget-rounds", str(req.budget_rounds), "--samples",
             str(req.samples), "--threshold-pct", f"{req.threshold_pct:g}", "--label", "evidence", "--output-dir",
             "campaign"]
+    if req.budget_minutes:
+        argv += ["--budget-minutes", f"{req.budget_minutes:g}"]
     if req.experiment == "args":
         argv += [f"--arm-a-args={shlex.join(req.baseline_args)}", f"--arm-b-args={shlex.join(req.candidate_args)}"]
     if req.model_cache_root:
