@@ -17,6 +17,7 @@ from . import manifest, render
 
 COMPARED_FIGURES = ("baseline_mean", "candidate_mean", "change_pct", "ci_low_pct", "ci_high_pct")
 STATE_FILES = {manifest.NAME}
+LEDGER_NAME, LEDGER_SCHEMA = "cleanup.jsonl", "cleanup-ledger.v1"
 
 
 def _finding(file: str, check: str, expected: Any, found: Any) -> dict[str, str]:
@@ -60,6 +61,8 @@ class Verifier:
     def documents(self, doc: Mapping[str, Any]) -> None:
         for rec in (f for s in doc["steps"] for f in s["files"]):
             path = self.root / rec["path"]
+            if path.name == LEDGER_NAME and path.is_file():
+                self._ledger(rec["path"], path)
             if not rec["path"].endswith(".json") or not path.is_file():
                 continue
             try:
@@ -73,6 +76,18 @@ class Verifier:
                 errors = contract.validation_errors(body, schema_id)
                 if errors:
                     self.add(rec["path"], "schema", f"a valid {schema_id}", errors[0])
+
+    def _ledger(self, rel: str, path: Path) -> None:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            self.checked["documents"] += 1
+            try:
+                errors = contract.validation_errors(json.loads(line), LEDGER_SCHEMA)
+            except ValueError as exc:
+                errors = [f"does not parse: {exc}"]
+            if errors:
+                self.add(rel, "schema", f"line {number}: a valid {LEDGER_SCHEMA}", errors[0])
 
     # -- the campaign ------------------------------------------------------------------------------------------------
 
