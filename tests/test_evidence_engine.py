@@ -34,17 +34,9 @@ def _step(doc: dict, name: str) -> dict:
     return next(s for s in doc["steps"] if s["name"] == name)
 
 
-def _first_cell_done(folder: Path) -> bool:
-    report = folder / "campaign" / "tiny-flux-cpu__evidence.bench-report.json"
-    try:
-        return any(c["status"] != "skipped" for c in json.loads(report.read_text())["cells"])
-    except (OSError, ValueError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> dict:
-    """Start a run, SIGTERM it once its campaign has judged a cell, keep what the kill left, run it again."""
+    """Start a run, SIGTERM it once the manifest shows its campaign running, keep what the kill left, run it again."""
     base = tmp_path_factory.mktemp("evidence")
     out, cache = base / "out", base / "cache"
     args = [sys.executable, str(SCRIPTS / "collect_pr_evidence.py"), "run", "--out", str(out), *REQUEST,
@@ -54,7 +46,8 @@ def folder(tmp_path_factory) -> dict:
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline and proc.poll() is None:
         doc = _manifest(out)
-        if doc and _step(doc, "campaign")["status"] == "running" and _first_cell_done(out):
+        if doc and _step(doc, "campaign")["status"] == "running":
+            time.sleep(5)  # inside the campaign: its engines are starting
             proc.send_signal(signal.SIGTERM)
             break
         time.sleep(1)

@@ -20,7 +20,8 @@ def title(camp: Mapping[str, Any]) -> str:
     looks = camp["campaign"]["stopping"].get("looks") or []
     low, high = (looks[-1].get("ci_low_pct"), looks[-1].get("ci_high_pct")) if looks else (
         figures.get("ci_low_pct"), figures.get("ci_high_pct"))
-    interval = f" [{low:+.3f}%, {high:+.3f}%]" if low is not None and high is not None else " (no interval)"
+    known = low is not None and high is not None
+    interval = f" (interval [{low:+.3f}%, {high:+.3f}%])" if known else " (no interval)"
     change = "" if figures.get("change_pct") is None else f" {figures['change_pct']:+.3f}%"
     return f"verdict: {comparison['verdict']} — {metric}{change}{interval}"
 

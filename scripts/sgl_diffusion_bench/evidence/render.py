@@ -14,6 +14,7 @@ from . import manifest, plot
 
 MARKDOWN_NAME = "EVIDENCE.md"
 PLOT_NAME = "evidence-plot.png"
+LAYOUT_KEYS = ("num_gpus", "tp_size", "sp_degree", "ulysses_degree", "ring_degree")  # documents sort their keys
 
 
 def _read_json(root: Path, rel: str | None) -> dict[str, Any] | None:
@@ -86,11 +87,11 @@ def _first_requests(camp: Mapping[str, Any]) -> list[str]:
 
 
 def _environment(doc: Mapping[str, Any]) -> list[str]:
-    versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(doc["versions"].items()))
     machine = doc["machine"]
     gpus = ", ".join(g["name"] for g in machine.get("gpus", [])) or \
         "none (CPU; the engine runs through the CPU adapter)"
-    layout = ", ".join(f"{k} {v}" for k, v in doc["layout"].items() if v is not None)
+    layout = ", ".join(f"{k} {doc['layout'][k]}" for k in LAYOUT_KEYS if doc["layout"].get(k) is not None)
     return ["## Environment", "", f"- Versions: {versions}.", f"- Machine: {machine.get('platform')}, "
             f"{machine.get('cpu_count')} CPU(s), Python {machine.get('python')}; GPUs: {gpus}.",
             f"- Parallel layout (both arms): {layout}.",
@@ -190,12 +191,11 @@ def doc_command(doc: Mapping[str, Any]) -> str:
     argv = ["python3", "scripts/collect_pr_evidence.py", "run", "--out", "DIR", "--model", req["model"]]
     if req["model_path"]:
         argv += ["--model-path", req["model_path"]]
-    argv += [a for k, v in req["overrides"].items() for a in ("--override", f"{k}={v}")]
+    argv += [a for k, v in sorted(req["overrides"].items()) for a in ("--override", f"{k}={v}")]
     if req["experiment"] == "bcg":
         argv.append("--bcg")
-    else:
-        argv += [f"--baseline-args={shlex.join(req['baseline_args'])}",
-                 f"--candidate-args={shlex.join(req['candidate_args'])}"]
+    argv += [f"--{side}-args={shlex.join(req[f'{side}_args'])}" for side in ("baseline", "candidate")
+             if req[f"{side}_args"]]
     argv += ["--threshold", f"{req['threshold_pct']:g}", "--samples", str(req["samples"]), "--budget-requests",
              str(req["budget_requests"])]
     if req["budget_minutes"]:

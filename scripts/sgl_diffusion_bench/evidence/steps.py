@@ -100,8 +100,8 @@ def campaign_command(ctx: Context) -> str:
             "campaign"]
     if req.budget_minutes:
         argv += ["--budget-minutes", f"{req.budget_minutes:g}"]
-    if req.experiment == "args":
-        argv += [f"--arm-a-args={shlex.join(req.baseline_args)}", f"--arm-b-args={shlex.join(req.candidate_args)}"]
+    argv += [f"--arm-{letter}-args={shlex.join(args)}" for letter, args in (("a", req.baseline_args),
+                                                                            ("b", req.candidate_args)) if args]
     if req.model_cache_root:
         argv += ["--model-cache-root", req.model_cache_root, "--cleanup-model-cache"]
     return shlex.join([*argv, "--json"])
@@ -141,8 +141,8 @@ def output_identity_step(ctx: Context) -> Outcome:
         "arm": c["arm"], "worst_ssim": min((r["ssim"] for r in c["results"]), default=None)})}
         for c in quality["checks"]]
     return Outcome("done" if quality["passed"] else "failed", None if quality["passed"] else
-                   "the outputs break their quality level's contract", ctx.results["campaign"]["report"],
-                   ctx.results["campaign"].get("command"), {"passed": quality["passed"], "checks": checks})
+                   "the outputs break their quality level's contract", ctx.results["campaign"]["report"], None,
+                   {"passed": quality["passed"], "checks": checks, "source": "summary.output_quality of the campaign"})
 
 
 def bcg_replay_step(ctx: Context) -> Outcome:
