@@ -61,7 +61,7 @@ FIELD_REF = re.compile(r"`(?P<schema>[a-z][a-z0-9-]*\.v[0-9]+):(?P<path>[A-Za-z0
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
 CLI_MODULES = {"diffusion_skill_env": "env", "bench_diffusion_denoise": "bench", "compare_perf": "compare",
                "render_bench_report": "report", "profile_diffusion": "profile", "analyze_trace": "trace",
-               "cleanup_model_cache": "cache"}
+               "cleanup_model_cache": "cache", "collect_pr_evidence": "evidence"}
 
 
 def blocks(doc: Path, lang: str = "bash"):
