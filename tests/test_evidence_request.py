@@ -104,3 +104,18 @@ def test_verify_names_a_missing_file_and_one_the_manifest_does_not_record(tmp_pa
     assert run.returncode == 1 and run.document["schema"] == "evidence-verify.v1" and not run.document["ok"]
     missing = run_script("collect_pr_evidence", "verify", str(tmp_path / "nowhere"), "--json")
     assert missing.returncode == 2 and missing.document["error"]["code"] == "evidence.not_a_folder"
+
+
+def test_a_file_the_manifest_does_not_record_is_never_deleted_by_a_resume(tmp_path):
+    asked = request.build(model="tiny-flux-cpu", model_path=None, overrides=[], bcg=False, baseline_args="",
+                          candidate_args="--log-level info", threshold_pct=1.5, samples=1, budget_requests=None,
+                          model_cache_root=None)
+    doc = manifest.new_manifest(tmp_path, asked.to_json(), asked.sha256())
+    manifest.step(doc, "readiness")["status"] = "done"  # a finished step's folder: nothing there may be unrecorded
+    (tmp_path / "readiness").mkdir()
+    mine = tmp_path / "readiness" / "my-notes.txt"
+    mine.write_text("keep me")
+    manifest.save(tmp_path, doc)
+    run = run_script("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "evidence.foreign_file"
+    assert "readiness/my-notes.txt" in run.document["error"]["message"] and mine.read_text() == "keep me"

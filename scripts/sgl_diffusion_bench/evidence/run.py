@@ -41,7 +41,24 @@ def check_folder(root: Path, request: EvidenceRequest) -> dict[str, Any] | None:
         raise contract.UsageError("evidence.other_request", f"{root} holds the evidence of another request: "
                                   f"{', '.join(fields) or 'the request hash'} differ(s)",
                                   "run the same request to resume it, or choose a new --out")
+    foreign = foreign_files(root, existing)
+    if foreign:
+        raise contract.UsageError("evidence.foreign_file", f"{root} holds file(s) its manifest does not record: "
+                                  f"{', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}; a step that "
+                                  "runs again would delete them", "move them out of the folder, then run again")
     return existing
+
+
+def foreign_files(root: Path, doc: dict[str, Any]) -> list[str]:
+    """Files nobody recorded, outside the folders of unfinished steps (whose leftovers a redo replaces)."""
+    recorded = manifest.recorded_paths(doc) | {manifest.NAME, render.MARKDOWN_NAME, render.PLOT_NAME}
+    unfinished = {s["name"] for s in doc["steps"] if s["status"] not in manifest.FINISHED}
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(root).as_posix()
+        if rel not in recorded and rel.partition("/")[0] not in unfinished:
+            found.append(rel)
+    return found
 
 
 def ensure_writable(root: Path) -> None:
@@ -100,8 +117,11 @@ def run(root: Path, request: EvidenceRequest) -> dict[str, Any]:
         if not redo and record["status"] in manifest.FINISHED and not manifest.stale_files(root, record["files"]):
             ctx.results[name] = {**(record["result"] or {}), "command": record["command"]}
             continue
+        stale = manifest.stale_files(root, record["files"]) if record["status"] in manifest.FINISHED else []
         redo = True
         _run_step(ctx, doc, record, STEP_FUNCTIONS[name])
+        if stale and record["reason"] is None:
+            record["reason"] = f"run again: {', '.join(stale[:3])} changed or went missing since it finished"
         if record["status"] == "failed":
             for later in manifest.STEPS[manifest.STEPS.index(name) + 1:]:
                 manifest.step(doc, later).update(manifest.new_step(later), status="pending",
