@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run_script
 from sgl_diffusion_bench import contract
 from sgl_diffusion_bench.evidence import manifest, request, verify
@@ -68,7 +70,7 @@ def test_a_folder_of_another_request_is_refused_naming_the_fields_and_left_as_it
         manifest.NAME]
 
 
-def test_a_foreign_folder_an_unwritable_out_and_a_preset_that_cannot_run_here_are_refused(tmp_path):
+def test_a_foreign_folder_and_an_unwritable_out_are_refused_before_anything_runs(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -80,7 +82,11 @@ def test_a_foreign_folder_an_unwritable_out_and_a_preset_that_cannot_run_here_ar
     for out in (blocker, blocker / "below"):
         run = run_script("collect_pr_evidence", "run", "--out", str(out), *TINY, "--json")
         assert run.returncode == 2 and run.document["error"]["code"] == "usage.output_unwritable", run.stdout
-    # flux needs a GPU (and gated weights): refused with exit 3 before anything is written
+
+
+@pytest.mark.torch
+def test_a_preset_that_cannot_run_here_is_refused_with_exit_3_before_anything_is_written(tmp_path):
+    """flux needs a GPU (and gated weights): the readiness check refuses it after probing the engine."""
     gpu_out = tmp_path / "gpu"
     run = run_script("collect_pr_evidence", "run", "--out", str(gpu_out), "--model", "flux", "--bcg", "--json",
                      env={"HF_HUB_OFFLINE": "1"})

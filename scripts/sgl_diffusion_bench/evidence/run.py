@@ -26,6 +26,9 @@ STEP_FUNCTIONS: dict[str, steps.StepFunction] = {
 }
 
 
+CARRIED_ON_REDO = {"campaign": ("cleanup.jsonl",)}  # the ledger of an interrupted attempt's cache stays on record
+
+
 def check_folder(root: Path, request: EvidenceRequest) -> dict[str, Any] | None:
     """The folder's manifest when it is this request's (None for a new or empty folder); refusals otherwise."""
     if root.exists() and not root.is_dir():
@@ -59,6 +62,16 @@ def foreign_files(root: Path, doc: dict[str, Any]) -> list[str]:
         if rel not in recorded and rel.partition("/")[0] not in unfinished:
             found.append(rel)
     return found
+
+
+def check_writable(root: Path) -> None:
+    """Refuse an --out that cannot be made, before anything (the engine probe included) runs; creates nothing."""
+    ancestor = root
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise contract.UsageError("usage.output_unwritable", f"cannot create --out {root}: {ancestor} is not a "
+                                  "writable folder", "choose a writable folder for --out")
 
 
 def ensure_writable(root: Path) -> None:
@@ -103,6 +116,7 @@ def run(root: Path, request: EvidenceRequest) -> dict[str, Any]:
                                                                       request.overrides.items()],
                                 request.model_path)[0]
     existing = check_folder(root, request)
+    check_writable(root)
     caps = engine_probe.probe_engine().capabilities
     preflight(preset, request, caps)
     ensure_writable(root)
@@ -140,8 +154,12 @@ def run(root: Path, request: EvidenceRequest) -> dict[str, Any]:
 def _run_step(ctx: steps.Context, doc: dict[str, Any], record: dict[str, Any], function: steps.StepFunction) -> None:
     name = record["name"]
     folder = ctx.folder(name)
+    kept = {n: (folder / n).read_bytes() for n in CARRIED_ON_REDO.get(name, ()) if (folder / n).is_file()}
     if folder.exists():
         shutil.rmtree(folder)  # a step's folder holds only what the step wrote: a redo starts clean
+    for file_name, content in kept.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / file_name).write_bytes(content)
     record.update(status="running", attempts=record["attempts"] + 1, started_at=_now(), finished_at=None,
                   wall_s=None, reason=None, document=None, command=None, files=[], result=None)
     manifest.save(ctx.root, doc)
