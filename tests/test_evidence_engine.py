@@ -86,6 +86,8 @@ def test_the_resumed_run_completes_and_no_finished_step_ran_twice(folder):
     for arm in ("baseline", "candidate"):
         profile = json.loads((folder["out"] / "profile" / f"profile-{arm}.json").read_text())
         assert profile["status"] == "valid" and len(profile["traces"]) == 1  # one profiled engine start per arm
+    cleanup = json.loads((folder["out"] / "cleanup" / "cache-verify.json").read_text())
+    assert cleanup["residue_count"] == 0 and cleanup["entry_count"] >= 1  # the killed attempt's entry stays too
     markdown = (folder["out"] / "EVIDENCE.md").read_text()
     order = ["## Claim and verdict", "## Environment", "## A/B/B/A run order", "## Output identity",
              "## Profile comparison", "## Replay correctness", "## Cache cleanup", "## How to reproduce"]
