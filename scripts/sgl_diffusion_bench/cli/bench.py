@@ -13,11 +13,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from . import _engine_args
 from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode, engine_probe,
                env, gpu, model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
                warm_campaign)
-from . import _runner
+from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
 DEFAULT_PRESET = "flux"  # the reference's default when neither --model nor --all is given
@@ -95,9 +94,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                            "spent (a sequential rule with Bonferroni-corrected looks; the report records it)")
     camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, campaign.MAX_ROUNDS), default=sequential.DEFAULT_BUDGET_ROUNDS,
                       help=f"--until-verdict: most rounds to run (default {sequential.DEFAULT_BUDGET_ROUNDS})")
-    camp.add_argument("--budget-minutes", type=_runner.bounded_float(0, 7 * 24 * 60, low_open=True),
-                      help="--until-verdict: start no further round after this many minutes (the verdict stands "
-                           "as the last look left it)")
+    camp.add_argument("--budget-minutes", type=_runner.bounded_float(0, 10080, low_open=True),
+                      help="--until-verdict: start no further round after this many minutes")
     camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
                            "resident and interleaves requests A/B/B/A when memory allows, else alternates blocks")
@@ -206,7 +204,7 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
     return bench_runner.CampaignSettings(
         label=args.label, output_root=output_root, threshold_pct=args.threshold_pct,
         primary_metric=args.primary_metric, discard_outliers=args.discard_outliers, warmup=not args.no_warmup,
-        warmup_mode=args.warmup_mode, warmup_steps=args.warmup_steps,
+        warmup_mode=args.warmup_mode, warmup_steps=args.warmup_steps, warm_schedule=args.warm_schedule,
         component_residency=tuple(args.component_residency or ()), performance_mode=args.performance_mode,
         torch_compile=args.torch_compile, bcg_text_buckets=tuple(args.bcg_text_buckets or ()),
         extra_args=tuple(shlex.split(args.extra_args)), cell_timeout_s=args.cell_timeout_s,
@@ -214,10 +212,8 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         seed_caches=tuple(Path(p) for p in args.seed_model_cache_root), cleanup_model_cache=args.cleanup_model_cache,
         cleanup_ledger=Path(args.cleanup_ledger) if args.cleanup_ledger else None, write_report=args.report,
         echo_engine=args.echo_engine, engine_mode=args.engine, warmup_requests=args.warmup_requests,
-        warm_schedule=args.warm_schedule,
         stopping=sequential.StoppingRule(args.threshold_pct, args.budget_rounds, metric=args.primary_metric)
-        if args.until_verdict else None,
-        time_budget_s=args.budget_minutes * 60 if args.until_verdict and args.budget_minutes else None,
+        if args.until_verdict else None, time_budget_s=(args.budget_minutes or 0) * 60 or None,
         request={"model_path": str(Path(args.model_path).expanduser().resolve()) if args.model_path else None,
                  "overrides": presets.parse_overrides(args.override), "extra_args": shlex.split(args.extra_args)})
 
