@@ -162,7 +162,8 @@ def log_gate(markers: log_markers.MarkerSet, argv: Sequence[str], *, quality: st
 def arms_as_run(plan: Any, invocations: Sequence[Any]) -> dict[str, Any]:
     """Each arm as planned, with ``bcg`` taken from the flags its commands carry."""
     arms = {n: a.to_json() for n, a in plan.arms.items()}
-    for slot, inv in zip(plan.slots, invocations, strict=True):
+    # an --until-verdict campaign that stopped early keeps the invocations of the rounds it ran, in slot order
+    for slot, inv in zip(plan.slots[:len(invocations)], invocations, strict=True):
         arms[slot.arm]["bcg"] = requests_bcg(inv.argv)
     return arms
 
