@@ -68,7 +68,7 @@ def _steps_in(extras: ast.expr | None, names: dict[str, ast.expr], depth: int = 
     if not isinstance(extras, ast.Dict):
         return None
     steps = None
-    for key, value in zip(extras.keys, extras.values):
+    for key, value in zip(extras.keys, extras.values, strict=True):
         if key is None:
             steps = _steps_in(value, names, depth + 1) if steps is None else steps
         elif _constant(key, names) == "num_inference_steps":
