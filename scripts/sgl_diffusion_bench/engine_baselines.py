@@ -58,7 +58,12 @@ def load_baselines(package_dir: str | Path, gpu_class: str) -> dict[str, Any]:
     if not os.path.lexists(path):
         raise contract.PreconditionError("baseline.not_shipped", f"the installed engine has no {path}",
                                          "use sglang 0.5.23 or newer, whose wheel ships its CI perf baselines")
-    document = inputs.parse_json(inputs.read_text(path, "baseline.unreadable"), str(path), "baseline.malformed")
+    try:
+        text = inputs.read_text(path, "input.unreadable")  # regular files only: a FIFO never blocks the read
+    except contract.InputError as exc:
+        raise contract.InputError("baseline.unreadable", exc.message, "reinstall the engine, or pass "
+                                  "--engine-dir with an intact perf_baselines/") from None
+    document = inputs.parse_json(text, str(path), "baseline.malformed")
     problems = contract.validation_errors(document, SCHEMA_ID)
     if problems:
         raise contract.InputError("baseline.malformed", f"{path} does not have the shape of the engine's baseline "
@@ -71,7 +76,7 @@ def checker_constants(package_dir: str | Path) -> dict[str, float]:
     """The engine checker's module constants (first-step and decoding allowances), read from its source."""
     found: dict[str, float] = {}
     try:
-        tree = ast.parse(inputs.read_text(Path(package_dir) / CHECKER_SOURCE, "baseline.unreadable"))
+        tree = ast.parse(inputs.read_text(Path(package_dir) / CHECKER_SOURCE, "input.unreadable"))
     except (contract.InputError, SyntaxError, ValueError):
         return found
     for node in tree.body:
