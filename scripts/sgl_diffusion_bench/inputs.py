@@ -19,6 +19,10 @@ from . import contract
 MAX_INPUT_BYTES = 4 << 30  # a 340 MB trace is normal; a file larger than this is not an input of ours
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 30  # ns timestamps and byte counts fit; a 4,300-digit integer is an attack, not a figure
+# The largest duration (ms) or memory figure (MiB) a measurement can be: 1e12 ms is 31 years, 1e12 MiB an exbibyte.
+# Bounding figures where they are read keeps every sum, mean and difference over them finite.
+MAX_FIGURE = 1e12
+OUT_OF_RANGE = "input.out_of_range"
 
 
 def open_regular(path: str | Path, code: str) -> int:
@@ -83,7 +87,8 @@ def _finite_float(text: str) -> float:
 
 def parse_json(text: str, source: str, code: str) -> Any:
     """Strict JSON: no NaN/Infinity (not even as an overflowing 1e999), bounded integers and nesting."""
-    depth = max_depth(text)
+    # Text with fewer brackets than the limit cannot nest past it: the character scan is skipped.
+    depth = max_depth(text) if text.count("[") + text.count("{") > MAX_JSON_DEPTH else 0
     if depth > MAX_JSON_DEPTH:
         raise contract.InputError(code, f"{source} nests {depth} levels deep (max {MAX_JSON_DEPTH})",
                                   "pass the document the tool wrote")
@@ -95,7 +100,8 @@ def parse_json(text: str, source: str, code: str) -> Any:
 
 
 def max_depth(text: str) -> int:
-    """The deepest bracket nesting outside strings, without recursion (so a 10^6-deep input cannot crash it)."""
+    """The deepest bracket nesting (arrays and objects alike) outside strings, without recursion (so a 10^6-deep
+    input cannot crash it)."""
     depth = deepest = 0
     in_string = escaped = False
     for char in text:
