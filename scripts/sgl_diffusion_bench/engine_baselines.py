@@ -10,12 +10,11 @@ plainly (``matched: false`` with the reason) instead of comparing against the ne
 from __future__ import annotations
 
 import ast
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import contract
+from . import contract, inputs
 
 BASELINE_DIR = Path("multimodal_gen/test/server/perf_baselines")
 CHECKER_SOURCE = Path("multimodal_gen/test/server/test_server_utils.py")
@@ -36,15 +35,11 @@ def gpu_class_of(gpu_name: str | None) -> str | None:
 
 def load_baselines(package_dir: str | Path, gpu_class: str) -> dict[str, Any]:
     path = Path(package_dir) / BASELINE_DIR / GPU_CLASSES[gpu_class]
-    try:
-        return {"path": str(path), **json.loads(path.read_text(encoding="utf-8"))}
-    except OSError as exc:
-        raise contract.PreconditionError("baseline.not_shipped", f"the installed engine has no {path}: "
-                                         f"{exc.strerror}", "use sglang 0.5.23 or newer, whose wheel ships "
-                                         "its CI perf baselines") from None
-    except ValueError as exc:
-        raise contract.InputError("baseline.unreadable", f"{path} is not JSON: {exc}",
-                                  "reinstall the engine") from None
+    if not path.exists():
+        raise contract.PreconditionError("baseline.not_shipped", f"the installed engine has no {path}",
+                                         "use sglang 0.5.23 or newer, whose wheel ships its CI perf baselines")
+    # A regular file only (a FIFO or device is refused before it is read), strict JSON (no NaN, bounded nesting).
+    return {"path": str(path), **inputs.load_json(path, "baseline.unreadable")}
 
 
 def checker_constants(package_dir: str | Path) -> dict[str, float]:

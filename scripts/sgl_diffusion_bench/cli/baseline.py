@@ -5,11 +5,9 @@ class or the scenario has no baseline, the document says so plainly (exit 3); ov
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
-from .. import contract, engine_baselines, engine_probe, perf_dump, selftest
+from .. import contract, engine_baselines, engine_probe, inputs, perf_dump, selftest
 from . import _runner
 
 TOOL = "compare_engine_baseline"
@@ -39,9 +37,9 @@ def build_parser() -> _runner.Parser:
 def _source(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str | None, dict[str, Any]]:
     if args.report:
         try:
-            doc = json.loads(Path(args.report).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise contract.InputError("input.unreadable", f"cannot read {args.report}: {exc}",
+            doc = inputs.load_json(args.report, "input.unreadable")  # regular files only, strict JSON
+        except contract.InputError as exc:
+            raise contract.InputError("input.unreadable", f"cannot read {args.report}: {exc.message}",
                                       "pass a bench-report.v1 JSON") from None
         contract.validate_input(doc, "bench-report.v1", args.report)
         arm = args.arm or doc["campaign"].get("baseline_arm") or next(iter(doc["campaign"]["arms"]))

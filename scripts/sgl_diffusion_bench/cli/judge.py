@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .. import contract, engine_probe, log_gates, log_markers, media, presets, request_path, selftest
+from .. import contract, engine_probe, inputs, log_gates, log_markers, media, presets, request_path, selftest
 from ..cpu_adapter import sgl_cpu_adapter
 from . import _runner
 
@@ -39,11 +39,8 @@ def build_parser() -> _runner.Parser:
 
 
 def _read_log(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise contract.InputError("input.unreadable", f"cannot read {path}: {exc.strerror}",
-                                  "pass the engine log file") from None
+    """The log's text (undecodable bytes replaced); a FIFO or device is refused before it is read."""
+    return inputs.read_bytes(path, "input.unreadable", gunzip=False).decode("utf-8", errors="replace")
 
 
 def judge(args: argparse.Namespace) -> dict[str, Any]:
