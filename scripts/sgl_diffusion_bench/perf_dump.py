@@ -215,7 +215,7 @@ def _require_in_range(document: dict[str, Any], source: str) -> None:
     too_large = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
                  and abs(v) > inputs.MAX_FIGURE]
     if too_large:
-        raise PerfDumpError(source, f"a duration or memory figure is {too_large[0]:.6g} (at most "
+        raise PerfDumpError(source, f"a duration or memory figure is {too_large[0]!r} (at most "
                                     f"{inputs.MAX_FIGURE:g} ms or MiB: no run measures that)", inputs.OUT_OF_RANGE)
 
 
