@@ -38,8 +38,11 @@ def load_baselines(package_dir: str | Path, gpu_class: str) -> dict[str, Any]:
     if not path.exists():
         raise contract.PreconditionError("baseline.not_shipped", f"the installed engine has no {path}",
                                          "use sglang 0.5.23 or newer, whose wheel ships its CI perf baselines")
-    # A regular file only (a FIFO or device is refused before it is read), strict JSON (no NaN, bounded nesting).
-    return {"path": str(path), **inputs.load_json(path, "baseline.unreadable")}
+    try:  # a regular file only (a FIFO or device is refused before it is read), strict JSON (no NaN, bounded nesting)
+        document = inputs.load_json(path, "baseline.unreadable")
+    except contract.InputError as exc:
+        raise contract.InputError("baseline.unreadable", exc.message, "reinstall the engine") from None
+    return {"path": str(path), **document}
 
 
 def checker_constants(package_dir: str | Path) -> dict[str, float]:

@@ -46,12 +46,12 @@ class PerfDumpError(contract.InputError):
     """A perf dump that is missing, unreadable or malformed (or holds a figure out of range: ``code``
     input.out_of_range); ``reason`` is one line for a cell's invalid reasons."""
 
-    def __init__(self, path: str, reason: str, code: str = "input.perf_dump_invalid"):
+    def __init__(self, path: str, reason: str, code: str | None = None):
         hint = ("no engine run records a figure or a step count this large: pass the dump the engine wrote, "
                 "unedited" if code == inputs.OUT_OF_RANGE else
                 "check that the run finished and wrote a complete --perf-dump-path file; "
                 "a run without a valid perf dump cannot be reported")
-        super().__init__(code, f"perf dump {path}: {reason}", hint)
+        super().__init__(code or "input.perf_dump_invalid", f"perf dump {path}: {reason}", hint)
         self.path = path
         self.reason = reason
 
