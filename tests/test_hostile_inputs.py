@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import engine_baselines, inputs, perf_compare, stats
+from sgl_diffusion_bench import engine_baselines, inputs, perf_compare, perf_dump, stats
 
 LOG = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "log.txt"
 PERF = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "perf.json"
@@ -204,3 +204,11 @@ def test_judge_run_counts_a_fifo_or_device_perf_dump_as_no_perf_dump_without_rea
                      "--json", timeout=HANG_S)
     assert run.returncode == 1 and run.document["status"] == "invalid"
     assert any(r.startswith("artifacts.no_perf_dump") for r in run.document["reasons"])
+
+
+def test_every_recorded_perf_dump_takes_the_one_pass_reader():
+    """The typed decoding is what keeps a reader linear: every dump a real engine wrote (0.5.10 and 0.5.23, CPU and
+    H200) goes through it, not through the schema path kept for the dumps it refuses."""
+    dumps = sorted(TEST_FIXTURES.glob("**/*perf*.json"))
+    assert len(dumps) >= 10
+    assert [d for d in dumps if perf_dump._decode_checked(d.read_text(encoding="utf-8")) is None] == []

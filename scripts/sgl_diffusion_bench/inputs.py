@@ -9,12 +9,11 @@ import gzip
 import json
 import math
 import os
-import stat
 import zlib
 from pathlib import Path
 from typing import Any
 
-from . import contract
+from . import contract, fileio
 
 MAX_INPUT_BYTES = 4 << 30  # a 340 MB trace is normal; a file larger than this is not an input of ours
 MAX_JSON_DEPTH = 64
@@ -26,22 +25,20 @@ OUT_OF_RANGE = "input.out_of_range"
 
 
 def open_regular(path: str | Path, code: str) -> int:
-    """A read-only fd on ``path`` once it is known to be a regular file; opening never blocks (O_NONBLOCK)."""
+    """A read-only fd on ``path`` once it is known to be a regular file (fileio.open_regular_fd: opening never
+    blocks, nothing is read before the check), of bounded size; every refusal is an InputError with ``code``."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, st = fileio.open_regular_fd(path)
     except FileNotFoundError:
         raise contract.InputError(code, f"{path} does not exist", "check the path") from None
+    except fileio.NotRegularFileError:
+        raise contract.InputError(code, f"{path} is not a regular file (a directory, pipe, socket or device)",
+                                  "pass a regular file") from None
     except OSError as exc:
         raise contract.InputError(code, f"{path} cannot be read: {exc.strerror}", "pass a readable file") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise contract.InputError(code, f"{path} is not a regular file (a directory, pipe, socket or device)",
-                                  "pass a regular file")
     if st.st_size > MAX_INPUT_BYTES:
         os.close(fd)
         raise contract.InputError(code, f"{path} is {st.st_size} bytes (max {MAX_INPUT_BYTES})", "pass a smaller file")
-    os.set_blocking(fd, True)
     return fd
 
 
