@@ -24,7 +24,7 @@ from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import contract, engine_baselines, perf_dump
 
 DEADLINE = datetime.timedelta(seconds=20)  # a hang is minutes; a busy 2-core host is a few seconds
-PROPERTIES = settings(max_examples=25, deadline=DEADLINE, derandomize=True, database=None,
+PROPERTIES = settings(max_examples=50, deadline=DEADLINE, derandomize=True, database=None,
                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                              HealthCheck.data_too_large])
 CONTRACT_EXITS = {0, 1, 2, 3}  # a document (ok, or a failed row), bad input, precondition; 70 is our bug
