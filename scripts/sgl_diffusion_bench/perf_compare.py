@@ -228,8 +228,15 @@ def render_noise_floor(metric: Mapping[str, Any]) -> list[str]:
             f"(n={floor['n_baseline']}/{floor['n_candidate']}); {conf:g}% interval of the change "
             f"[{floor['change_ci_low_pct']:+.3f}%, {floor['change_ci_high_pct']:+.3f}%]; smallest effect detectable "
             f"at {conf:g}% confidence and {power:g}% power: {floor['min_detectable_effect_pct']:.3f}%; a "
-            f"{floor['target_pct']:g}% verdict needs {floor['samples_per_arm_needed']} samples per arm "
-            f"({floor['more_samples_per_arm']} more, {floor['rounds_needed']} A/B/B/A rounds)."]
+            f"{floor['target_pct']:g}% verdict needs " + _samples_phrase(floor)]
+
+
+def _samples_phrase(floor: Mapping[str, Any]) -> str:
+    """How many samples a verdict needs, or that the count is out of reach (stats.MAX_SAMPLES_STATED)."""
+    if floor["samples_per_arm_needed"] > stats.MAX_SAMPLES_STATED:
+        return f"more than {stats.MAX_SAMPLES_STATED:,} samples per arm (out of reach)."
+    return (f"{floor['samples_per_arm_needed']} samples per arm ({floor['more_samples_per_arm']} more, "
+            f"{floor['rounds_needed']} A/B/B/A rounds).")
 
 
 def _s(ms: float | None) -> float | None:

@@ -91,7 +91,11 @@ def _gpu_names(environment: Any) -> list[str]:
 
 def _source(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any], list[str], dict[str, Any]]:
     if args.report:
-        doc = inputs.parse_json(inputs.read_text(args.report, "input.unreadable"), args.report, "input.unreadable")
+        try:
+            doc = inputs.load_json(args.report, "input.unreadable")  # regular files only, strict JSON
+        except contract.InputError as exc:
+            raise contract.InputError("input.unreadable", f"cannot read {args.report}: {exc.message}",
+                                      "pass a bench-report.v1 JSON") from None
         contract.validate_input(doc, "bench-report.v1", args.report)
         arm = args.arm or doc["campaign"].get("baseline_arm") or next(iter(doc["campaign"]["arms"]))
         cells = [c for c in doc["cells"] if c["arm"] == arm and c["status"] == "valid" and c.get("perf")]
