@@ -34,14 +34,24 @@ def render_compare_markdown(result: dict) -> str:
 
 
 def render_hotspots_text(body: dict, top: int = 10) -> str:
+    """The kernel table for a trace with device kernels; the CPU-op self-time table for one without (a CPU run)."""
     info = body["trace"]
-    lines = [f"{info['path']}: {body['kernels_total']['count']:,} kernels, "
-             f"{body['kernels_total']['total_us'] / 1000:,.3f} ms device time; "
-             f"{body['host_launches']:,} host launches, "
-             f"{body['graph_launches']} graph launches (stages from {info['stage_source']})"]
-    for row in body["kernels"][:top]:
-        lines.append(f"  {row['total_us'] / 1000:10.3f} ms {row['share'] * 100:5.1f}% x{row['count']:<6} "
-                     f"{_short(row['name'], 80)}")
+    if body["kernels_total"]["count"]:
+        lines = [f"{info['path']}: {body['kernels_total']['count']:,} kernels, "
+                 f"{body['kernels_total']['total_us'] / 1000:,.3f} ms device time; "
+                 f"{body['host_launches']:,} host launches, "
+                 f"{body['graph_launches']} graph launches (stages from {info['stage_source']})"]
+        for row in body["kernels"][:top]:
+            lines.append(f"  {row['total_us'] / 1000:10.3f} ms {row['share'] * 100:5.1f}% x{row['count']:<6} "
+                         f"{_short(row['name'], 80)}")
+    else:
+        total = body["cpu_ops_total"]
+        lines = [f"{info['path']}: no device kernels (a CPU-only trace); {total['count']:,} CPU ops, "
+                 f"{total['self_us'] / 1000:,.3f} ms inside ops (stages from {info['stage_source']})",
+                 "  CPU ops by self time (nested ops' time taken out, so each instant counts once):"]
+        for row in body["cpu_ops"][:top]:
+            lines.append(f"  {row['self_us'] / 1000:10.3f} ms {row['share'] * 100:5.1f}% x{row['count']:<6} "
+                         f"{_short(row['name'], 80)} (inclusive {row['inclusive_us'] / 1000:,.3f} ms)")
     for name, s in body["stages"].items():
         lines.append(f"  stage {name}: GPU {s['gpu_us'] / 1000:.3f} ms, {s['kernels']} kernels, "
                      f"{s['host_launches']} launches, CPU {s['cpu_us'] / 1000:.3f} ms")
@@ -55,6 +65,8 @@ def render_hotspots_text(body: dict, top: int = 10) -> str:
 
 
 def render_classify_text(result: dict) -> str:
+    if result["no_device_kernels"]:
+        return result["note"]
     lines = ["hot kernels:"]
     for row in result["hot"]:
         lines.append(f"  [{row['family']}] {row['share'] * 100:5.1f}% {_short(row['name'], 80)}")
