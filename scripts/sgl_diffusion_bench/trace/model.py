@@ -282,12 +282,13 @@ def op_nesting(ops: Events) -> tuple[list[float], list[bool]]:
             start = ts[i]
             while stack and stack[-1][1] <= start:
                 open_names[name[stack.pop()[0]]] -= 1
-            end = start + dur[i]
+            length, end = dur[i], start + dur[i]  # the duration itself, not end - start: no rounding of large ts
             if stack:
                 parent, parent_end = stack[-1]
-                end = min(end, parent_end)
-                own[parent] -= end - start
-            own[i] += end - start
+                if end > parent_end:
+                    length, end = parent_end - start, parent_end
+                own[parent] -= length
+            own[i] += length
             recursive[i] = open_names.get(name[i], 0) > 0
             open_names[name[i]] = open_names.get(name[i], 0) + 1
             stack.append((i, end))
