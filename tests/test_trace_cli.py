@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -231,3 +232,21 @@ def test_a_malformed_host_load_record_is_an_input_error(tmp_path):
     assert run.returncode == 2 and run.document["error"]["code"] == "input.schema_mismatch"
     run = run_main("analyze_trace", "compare", str(CPU_A), str(CPU_B), "--host-load-b", str(tmp_path / "no"), "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "input.unreadable"
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_the_real_profile_run_wrote_its_host_load_beside_its_trace(side):
+    """What profile_diffusion wrote on the real engine: the profile-run.v1 document names the record beside the
+    trace, and the record carries the same host samples, tied to the trace by its sha256."""
+    from sgl_diffusion_bench import contract, fileio
+
+    run = json.loads((CPU_PROFILES / side / "profile-run.json").read_text())
+    assert contract.validation_errors(run) == [] and run["status"] == "valid"
+    (trace,) = run["traces"]
+    assert trace["host_load_path"] == trace["path"] + ".host-load.json"
+    local = CPU_PROFILES / side / Path(trace["host_load_path"]).name
+    record = json.loads(local.read_text())
+    assert contract.validation_errors(record) == [] and record["schema"] == "trace-host-load.v1"
+    assert record["host"] == run["host_load"] and record["host"]["contended"] is True
+    assert record["trace"]["sha256"] == trace["sha256"] == fileio.sha256_file(CPU_PROFILES / side /
+                                                                               Path(trace["path"]).name)
