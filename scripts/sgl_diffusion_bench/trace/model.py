@@ -275,22 +275,24 @@ def op_nesting(ops: Events) -> tuple[list[float], list[bool]]:
         by_thread.setdefault(thread, []).append(i)
     ts, dur, name = ops.ts, ops.dur, ops.name
     for rows in by_thread.values():
-        rows.sort(key=lambda i: (ts[i], -dur[i]))
+        rows.sort(key=dur.__getitem__, reverse=True)  # two stable sorts: by start, the longer (the parent) first
+        rows.sort(key=ts.__getitem__)
         stack: list[tuple[int, float]] = []  # (op, its end cut to its parent's end)
         open_names: dict[int, int] = {}  # name -> how many ops of that name are on the stack
         for i in rows:
-            start = ts[i]
+            start, length, n = ts[i], dur[i], name[i]
             while stack and stack[-1][1] <= start:
                 open_names[name[stack.pop()[0]]] -= 1
-            length, end = dur[i], start + dur[i]  # the duration itself, not end - start: no rounding of large ts
+            end = start + length  # length stays the duration itself, not end - start: no rounding of large ts
             if stack:
                 parent, parent_end = stack[-1]
                 if end > parent_end:
                     length, end = parent_end - start, parent_end
                 own[parent] -= length
             own[i] += length
-            recursive[i] = open_names.get(name[i], 0) > 0
-            open_names[name[i]] = open_names.get(name[i], 0) + 1
+            depth = open_names.get(n, 0)
+            recursive[i] = depth > 0
+            open_names[n] = depth + 1
             stack.append((i, end))
     return [max(v, 0.0) for v in own], recursive
 
