@@ -18,6 +18,7 @@ from typing import Any
 from .. import (assets, bench_runner, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
                log_gates, log_markers, presets, request_path, selftest)
 from ..cell import Cell
+from ..trace import host_record
 from . import _engine_args, _runner
 from .bench import engine_capabilities
 
@@ -107,7 +108,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
             "note": "profiled timings are distorted by the profiler; measure with bench_diffusion_denoise.py"}
     if args.dry_run:
         doc = contract.envelope("profile-run.v1", TOOL, status="planned", traces=[], log_path=None, gate=None,
-                                reasons=[], **base)
+                                reasons=[], host_load=None, **base)
         return _runner.Result(doc, " \\\n  ".join(map(shlex.quote, invocation.argv)))
     if invocation.run_dir.exists():
         raise contract.PreconditionError("run.label_taken", f"{invocation.run_dir} exists already",
@@ -144,13 +145,19 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     log_path = Path(request.log_path)
     verdict = request.gates["log"]
     traces = find_traces(trace_dir)
+    host = request.gates["host"]
+    for trace in traces:  # analyze_trace.py compare reads these to refuse a verdict on a contended pair
+        record = host_record.sidecar_document(TOOL, trace["path"], trace["sha256"], host)
+        trace["host_load_path"] = str(fileio.atomic_write_text(host_record.sidecar_path(trace["path"]),
+                                                               contract.dumps(record) + "\n"))
     reasons = list(request.reasons)
     if not traces:
         reasons.append(f"artifacts.no_trace: no *.trace.json[.gz] under {trace_dir}")
     status = "valid" if not reasons else "invalid"
     doc = contract.envelope("profile-run.v1", TOOL, ok=status == "valid", status=status, traces=traces,
-                            log_path=str(log_path), gate=verdict, reasons=reasons, **base)
+                            log_path=str(log_path), gate=verdict, reasons=reasons, host_load=host, **base)
     text = "\n".join([f"{status}: {len(traces)} trace(s)", *(t["path"] for t in traces), *reasons,
+                      host.get("reason") or "host: no other busy process at the run's start and end",
                       "next: python3 scripts/analyze_trace.py hotspots <trace> --json"])
     return _runner.Result(doc, text)
 
