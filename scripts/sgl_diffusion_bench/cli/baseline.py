@@ -34,6 +34,9 @@ def build_parser() -> _runner.Parser:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--report", help="a bench-report.v1 JSON: its valid cells of --arm are the run")
     source.add_argument("--perf-dump", nargs="+", default=[], help="perf dumps of the run (their mean is compared)")
+    parser.add_argument("--memory-kind", choices=perf_dump.MEMORY_KINDS,
+                        help="with --perf-dump: what the dumps' memory figures are (device on a GPU); a dump does "
+                             "not say, so without it peak VRAM is not compared")
     parser.add_argument("--arm", help="which arm of --report (default: the baseline arm)")
     parser.add_argument("--scenario", required=False,
                         help="the engine CI scenario id, e.g. flux_image_t2i (default: the one that matches the run)")
@@ -105,7 +108,8 @@ def _source(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
     if args.perf_dump:
         perfs, models = [], []
         for path in args.perf_dump:
-            perfs.append(perf_dump.load_perf_dump(path, "device").to_json())
+            # a dump alone does not say what its memory figures are: no VRAM row unless --memory-kind does
+            perfs.append(perf_dump.load_perf_dump(path, args.memory_kind).to_json())
             raw = inputs.parse_json(inputs.read_text(path, "input.perf_dump_invalid"), path, "input.perf_dump_invalid")
             models.append((raw.get("meta") or {}).get("model") if isinstance(raw.get("meta"), dict) else None)
         facts = {"model": _one(models), "width": None, "height": None, "num_frames": None,
