@@ -39,7 +39,7 @@ def test_groups_reproduce_the_seed_pr(tmp_path):
 
 def test_files_mode_on_real_h200_dumps():
     files = [str(TEST_FIXTURES / H200 / c / "perf.json") for c in ("full_plain", "full_profile", "tiny_plain")]
-    run = run_main("compare_perf", *files, "--json")
+    run = run_main("compare_perf", "--memory-kind", "device", *files, "--json")  # H200 dumps
     assert run.returncode == 0
     doc = run.document
     assert doc["mode"] == "files" and [c["candidate"] for c in doc["comparisons"]] == ["file1", "file2"]
@@ -111,3 +111,13 @@ def test_one_change_gets_one_mark_in_every_table():
     denoise_stage = next(r for r in cmp["stages"] if r["name"] == "DenoisingStage")
     assert cmp["denoise_ms"]["status"] == denoise_stage["status"] == "faster"  # -5 %: the same word in both tables
     assert set(perf_compare.MARKS.values()) == {"faster", "slower", "same", ""}
+
+
+def test_memory_is_compared_only_when_its_kind_is_said():
+    """A dump does not say whether its figures are device memory or process RSS: no default decides it."""
+    files = [str(TEST_FIXTURES / H200 / c / "perf.json") for c in ("tiny_plain", "tiny_profile")]
+    unsaid = run_main("compare_perf", *files, "--json").document
+    assert unsaid["memory_kind"] is None and unsaid["comparisons"][0]["peak_memory_mb"]["baseline"] is None
+    assert "withheld" in run_main("compare_perf", *files).stdout
+    said = run_main("compare_perf", "--memory-kind", "device", *files)
+    assert "Peak memory, reserved device memory" in said.stdout

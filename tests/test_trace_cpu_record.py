@@ -69,3 +69,47 @@ def test_trace_without_stage_annotations_has_no_stages(tmp_path):
     doc = run_script("analyze_trace", "hotspots", str(path), "--json").document
     assert doc["trace"]["stage_source"] == "none" and doc["stages"] == {} and doc["denoise"] is None
     assert doc["cpu_ops_total"]["count"] > 0
+
+
+def _record_convolutions(path):
+    """Three Conv2d forwards: torch.profiler nests each as conv2d > convolution > _convolution > the backend op."""
+    from torch.profiler import ProfilerActivity, profile
+
+    conv = torch.nn.Conv2d(4, 8, 3)
+    x = torch.randn(1, 4, 48, 48)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            conv(x).relu().sum()
+    prof.export_chrome_trace(str(path))
+    return path, {e.key: e for e in prof.key_averages()}
+
+
+def test_cpu_ops_by_self_time_count_a_convolution_once_as_torch_profiler_does(tmp_path):
+    trace, averages = _record_convolutions(tmp_path / "conv.json")
+    run = run_script("analyze_trace", "hotspots", str(trace), "--top", "100", "--json")
+    assert run.returncode == 0, run.stderr
+    rows = {r["name"]: r for r in run.document["cpu_ops"]}
+    for name in ("aten::conv2d", "aten::convolution", "aten::_convolution"):
+        assert name in rows
+    for name, row in rows.items():  # torch.profiler's own self/total CPU figures, from the same recording
+        assert row["self_us"] == pytest.approx(averages[name].self_cpu_time_total, abs=0.01), name
+        assert row["inclusive_us"] == pytest.approx(averages[name].cpu_time_total, abs=0.01), name
+    assert rows["aten::conv2d"]["inclusive_us"] > 10 * rows["aten::conv2d"]["self_us"]  # the wrapper itself is cheap
+    total = run.document["cpu_ops_total"]["self_us"]
+    assert total == pytest.approx(sum(e.self_cpu_time_total for e in averages.values()), abs=0.1)
+    assert sum(r["share"] for r in rows.values()) == pytest.approx(1.0, abs=1e-4)
+    human = run_script("analyze_trace", "hotspots", str(trace))
+    text = human.stdout + human.stderr
+    assert "no device kernels (a CPU-only trace)" in text and "CPU ops by self time" in text
+    assert "0 kernels" not in text
+
+
+def test_classify_says_a_cpu_trace_has_no_device_kernels(tmp_path):
+    trace, _ = _record_convolutions(tmp_path / "conv.json")
+    run = run_script("analyze_trace", "classify", str(trace), "--json")
+    assert run.returncode == 0, run.stderr
+    doc = run.document
+    assert doc["no_device_kernels"] is True and doc["hot"] == [] and doc["families"] == {}
+    assert "no device kernels" in doc["note"]
+    human = run_script("analyze_trace", "classify", str(trace))
+    assert "nothing to classify" in human.stdout + human.stderr

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from . import contract, fileio, paths
+from . import contract, fileio, inputs, paths
 
 DATA_FILE_INVALID = "input.data_file_invalid"
 MAX_PROBLEMS_SHOWN = 8
@@ -35,9 +35,9 @@ def load(path: Path, schema_id: str) -> Any:
     """The parsed document at ``path``, valid against ``schema_id``; raises InputError(DATA_FILE_INVALID)."""
     hint = f"fix {path.name} so it follows schemas/{schema_id}.schema.json (or restore it from the bundle)"
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise contract.InputError(DATA_FILE_INVALID, f"cannot read {path}: {exc.strerror or exc}", hint) from exc
+        text = inputs.read_text(path, DATA_FILE_INVALID)  # a regular file, strict UTF-8
+    except contract.InputError as exc:
+        raise contract.InputError(DATA_FILE_INVALID, f"cannot read {path}: {exc.message}", hint) from None
     copy = checked_copy(text, schema_id)
     if copy is not None:
         try:

@@ -1,23 +1,43 @@
-"""File primitives every module shares: a streamed sha256 (and one of bytes), an atomic write and the free space of a
-path.
+"""File primitives every module shares: opening a regular file only, a streamed sha256 (and one of bytes), an atomic
+write and the free space of a path.
 
-One copy of each, so a 340 MB trace is never read into memory to be hashed and a reader never sees half a file.
+One copy of each, so a 340 MB trace is never read into memory to be hashed, a reader never sees half a file, and no
+reader blocks on a FIFO or reads /dev/zero forever.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path
 
 HASH_CHUNK_BYTES = 1 << 20
 
 
+class NotRegularFileError(OSError):
+    """A path that is a directory, FIFO, socket or device where a file's content is wanted."""
+
+
+def open_regular_fd(path: str | Path) -> tuple[int, os.stat_result]:
+    """A blocking read-only fd on ``path`` and its stat, once it is known to be a regular file. The open itself never
+    blocks (O_NONBLOCK: a FIFO without a writer), and nothing is read before the check. Raises OSError
+    (NotRegularFileError for anything but a regular file); every reader of the package opens its inputs here."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFileError(errno.EINVAL, "not a regular file (a directory, pipe, socket or device)", str(path))
+    os.set_blocking(fd, True)
+    return fd, st
+
+
 def sha256_file(path: str | Path) -> str:
-    """The file's sha256, read in 1 MiB chunks."""
+    """The regular file's sha256, read in 1 MiB chunks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_regular_fd(path)[0], "rb") as handle:
         for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()

@@ -30,7 +30,7 @@ def round_of(path: str | Path) -> tuple[int | None, str | None]:
     return int(match.group(1)), (match.group(3).upper() if match.group(3) else f"p{int(match.group(2))}")
 
 
-def load_group(paths: Sequence[str | Path], arm: str, memory_kind: str, start_index: int = 0) -> list[Cell]:
+def load_group(paths: Sequence[str | Path], arm: str, memory_kind: str | None, start_index: int = 0) -> list[Cell]:
     """Dumps as valid campaign cells (the dump's path as the cell's perf_dump_path), so the campaign statistics
     apply unchanged; rounds come from the file names (see ROUND_NAME) when every dump names one, else none."""
     cells = []
@@ -92,7 +92,7 @@ def compare_cells(cells: Sequence[Cell], baseline: str, candidate: str, *,
     }
 
 
-def compare_files(paths: Sequence[str | Path], memory_kind: str, **options: Any) -> dict[str, Any]:
+def compare_files(paths: Sequence[str | Path], memory_kind: str | None, **options: Any) -> dict[str, Any]:
     """compare_perf.py's mode: the first file is the baseline, every other file is compared with it."""
     cells = [dataclasses.replace(cell, arm="baseline" if i == 0 else f"file{i}", round=None, position=None)
              for i, cell in enumerate(load_group(paths, "", memory_kind))]  # one dump a side
@@ -100,7 +100,7 @@ def compare_files(paths: Sequence[str | Path], memory_kind: str, **options: Any)
     return _payload("files", cells, comparisons, memory_kind, options)
 
 
-def compare_groups(baseline: Sequence[str | Path], candidate: Sequence[str | Path], memory_kind: str,
+def compare_groups(baseline: Sequence[str | Path], candidate: Sequence[str | Path], memory_kind: str | None,
                    **options: Any) -> dict[str, Any]:
     cells = _rounds_all_or_none(load_group(baseline, "baseline", memory_kind) +
                                 load_group(candidate, "candidate", memory_kind, start_index=len(baseline)))
@@ -113,7 +113,7 @@ def input_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     return [{"index": c.index, "group": c.arm, "path": c.perf_dump_path, "perf": c.perf} for c in cells]
 
 
-def _payload(mode: str, cells: Sequence[Cell], comparisons: list[dict[str, Any]], memory_kind: str,
+def _payload(mode: str, cells: Sequence[Cell], comparisons: list[dict[str, Any]], memory_kind: str | None,
              options: Mapping[str, Any]) -> dict[str, Any]:
     return {"mode": mode, "memory_kind": memory_kind,
             "threshold_pct": options.get("threshold_pct", stats.DEFAULT_THRESHOLD_PCT),
@@ -139,8 +139,8 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
     """Markdown for a compare.v1 payload: summary, stages, steps, memory, and statistics where there are any."""
     lines = ["# Perf dump comparison", ""]
     files = payload["inputs"]
-    memory_label = "process RSS (CPU adapter, not device memory)" if payload["memory_kind"] == "process_rss" \
-        else "device memory"
+    memory_label = {"process_rss": "process RSS (CPU adapter, not device memory)",
+                    "device": "reserved device memory"}.get(payload["memory_kind"])
     for cmp in payload["comparisons"]:
         base_paths = [f["path"] for f in files if f["group"] == cmp["baseline"]]
         cand_paths = [f["path"] for f in files if f["group"] == cmp["candidate"]]
@@ -160,8 +160,12 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
             lines.append(f"| {label} ({unit}) | {_fmt(scaled[0], digits)} | {_fmt(scaled[1], digits)} | "
                          f"{_fmt(scaled[2], digits)} | {_pct(row['change_pct'])} | {MARKS[row['status']]} |")
         mem = cmp["peak_memory_mb"]
-        lines.append(f"| Peak memory, {memory_label} (MiB, max) | {_fmt(mem['baseline'], 2)} | "
-                     f"{_fmt(mem['candidate'], 2)} | {_fmt(mem['diff'], 2)} | {_pct(mem['change_pct'])} | |")
+        if memory_label is None:
+            lines.append("| Peak memory | withheld: a dump does not say whether its figures are device memory or "
+                         "process RSS; pass --memory-kind | | | | |")
+        else:
+            lines.append(f"| Peak memory, {memory_label} (MiB, max) | {_fmt(mem['baseline'], 2)} | "
+                         f"{_fmt(mem['candidate'], 2)} | {_fmt(mem['diff'], 2)} | {_pct(mem['change_pct'])} | |")
         lines += ["", "### 2. Stage breakdown (ms)", "", "| Stage | Baseline | Candidate | Diff | Change | Mark |",
                   "|---|---:|---:|---:|---:|---|"]
         for row in cmp["stages"]:
@@ -228,8 +232,15 @@ def render_noise_floor(metric: Mapping[str, Any]) -> list[str]:
             f"(n={floor['n_baseline']}/{floor['n_candidate']}); {conf:g}% interval of the change "
             f"[{floor['change_ci_low_pct']:+.3f}%, {floor['change_ci_high_pct']:+.3f}%]; smallest effect detectable "
             f"at {conf:g}% confidence and {power:g}% power: {floor['min_detectable_effect_pct']:.3f}%; a "
-            f"{floor['target_pct']:g}% verdict needs {floor['samples_per_arm_needed']} samples per arm "
-            f"({floor['more_samples_per_arm']} more, {floor['rounds_needed']} A/B/B/A rounds)."]
+            f"{floor['target_pct']:g}% verdict needs " + _samples_phrase(floor)]
+
+
+def _samples_phrase(floor: Mapping[str, Any]) -> str:
+    """How many samples a verdict needs, or that the count is out of reach (stats.MAX_SAMPLES_STATED)."""
+    if floor["samples_per_arm_needed"] > stats.MAX_SAMPLES_STATED:
+        return f"more than {stats.MAX_SAMPLES_STATED:,} samples per arm (out of reach)."
+    return (f"{floor['samples_per_arm_needed']} samples per arm ({floor['more_samples_per_arm']} more, "
+            f"{floor['rounds_needed']} A/B/B/A rounds).")
 
 
 def _s(ms: float | None) -> float | None:

@@ -17,7 +17,9 @@ import dataclasses
 import os
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
+
+import msgspec
 
 from . import contract, inputs
 
@@ -34,15 +36,22 @@ DENOISE_FROM_STEPS = "denoise_steps_ms"  # fallback: sum of the per-step records
 # Peak memory sources.
 PEAK_FROM_RUNTIME = "runtime_peak"  # memory_checkpoints.runtime_peak.peak_reserved_mb (0.5.23+)
 PEAK_FROM_MAX = "max_checkpoint_peak_reserved"  # max peak_reserved_mb over all checkpoints
+# A pipeline has tens of stages and a run at most hundreds of denoising steps; past these the dump is not one
+# request's record, and its comparison would be a document of millions of rows.
+MAX_STAGE_NAMES = 1_000
+MAX_DENOISE_STEPS = 10_000
 
 
 class PerfDumpError(contract.InputError):
-    """A perf dump that is missing, unreadable or malformed; ``reason`` is one line for a cell's invalid reasons."""
+    """A perf dump that is missing, unreadable or malformed (or holds a figure out of range: ``code``
+    input.out_of_range); ``reason`` is one line for a cell's invalid reasons."""
 
-    def __init__(self, path: str, reason: str):
-        super().__init__("input.perf_dump_invalid", f"perf dump {path}: {reason}",
-                         "check that the run finished and wrote a complete --perf-dump-path file; "
-                         "a run without a valid perf dump cannot be reported")
+    def __init__(self, path: str, reason: str, code: str | None = None):
+        hint = ("no engine run records a figure or a step count this large: pass the dump the engine wrote, "
+                "unedited" if code == inputs.OUT_OF_RANGE else
+                "check that the run finished and wrote a complete --perf-dump-path file; "
+                "a run without a valid perf dump cannot be reported")
+        super().__init__(code or "input.perf_dump_invalid", f"perf dump {path}: {reason}", hint)
         self.path = path
         self.reason = reason
 
@@ -114,6 +123,9 @@ def load_perf_dump(path: str | Path, memory_kind: str | None) -> PerfMetrics:
         raise PerfDumpError(str(path), f"unreadable: {exc.message}") from None
     if not text.strip():
         raise PerfDumpError(str(path), "file is empty (the run was interrupted while writing it?)")
+    checked = _decode_checked(text)
+    if checked is not None:
+        return parse_perf_dump(checked, memory_kind, source=str(path), schema_checked=True)
     try:
         document = inputs.parse_json(text, str(path), "input.perf_dump_invalid")  # no NaN/Infinity, bounded
     except contract.InputError as exc:
@@ -122,28 +134,38 @@ def load_perf_dump(path: str | Path, memory_kind: str | None) -> PerfMetrics:
     return parse_perf_dump(document, memory_kind, source=str(path))
 
 
-def parse_perf_dump(document: Any, memory_kind: str | None, source: str = "<perf dump>") -> PerfMetrics:
+def parse_perf_dump(document: Any, memory_kind: str | None, source: str = "<perf dump>", *,
+                    schema_checked: bool = False) -> PerfMetrics:
     """Parse an already-decoded dump. ``memory_kind`` says what the memory figures are: ``device`` memory,
     ``process_rss`` when the CPU adapter stands in for the device memory API, or None when the run's evidence does
-    not say (memory_evidence.py): then no peak figure is reported, since nobody could say what it measured."""
+    not say (memory_evidence.py): then no peak figure is reported, since nobody could say what it measured.
+    ``schema_checked``: the document came from ``_decode_checked``, whose typed decoding already holds it to the
+    schema and the figure bound."""
     if memory_kind is not None and memory_kind not in MEMORY_KINDS:
         raise ValueError(f"memory_kind must be one of {MEMORY_KINDS}, not {memory_kind!r}")
     if not isinstance(document, dict):
         raise PerfDumpError(source, f"top level is {type(document).__name__}, expected an object")
-    problems = contract.validation_errors(document, SCHEMA_ID)
-    if problems:
-        raise PerfDumpError(source, f"does not match {SCHEMA_ID}: " + "; ".join(problems[:5]))
-    _require_finite(document, source)
+    if not schema_checked:
+        _require_in_range(document, source)
+        problems = contract.validation_errors(document, SCHEMA_ID)
+        if problems:
+            raise PerfDumpError(source, f"does not match {SCHEMA_ID}: " + "; ".join(problems[:5]))
+        _require_finite(document, source)
 
     warnings: list[str] = []
     stages: dict[str, float] = {}
     internal: dict[str, float] = {}
+    repeated: set[str] = set()
     for entry in document["steps"]:
         name = entry["name"]
         table = internal if is_internal_step(name) else stages
-        if name in table:
+        if name in table and name not in repeated:
+            repeated.add(name)
             warnings.append(f"stage {name} appears more than once; its durations are summed")
         table[name] = table.get(name, 0.0) + float(entry["duration_ms"])
+    if len(stages) + len(internal) > MAX_STAGE_NAMES:
+        raise PerfDumpError(source, f"names {len(stages) + len(internal)} different steps (at most "
+                                    f"{MAX_STAGE_NAMES}: a pipeline has tens)", inputs.OUT_OF_RANGE)
 
     steps = _denoise_steps(document.get("denoise_steps_ms", []), source)
     denoise_names = tuple(n for n in stages if is_denoise_stage(n))
@@ -187,6 +209,68 @@ def parse_perf_dump(document: Any, memory_kind: str | None, source: str = "<perf
     )
 
 
+def _require_in_range(document: dict[str, Any], source: str) -> None:
+    """Every number in the dump's figures is at most inputs.MAX_FIGURE: a duration of 1.7e308 ms is finite but no
+    measurement, and sums or changes over it would overflow. Read before the schema check, shape unchecked."""
+    checkpoints = document.get("memory_checkpoints")
+    values = [document.get("total_duration_ms"),
+              *(e.get("duration_ms") for key in ("steps", "denoise_steps_ms")
+                for e in _list(document.get(key)) if isinstance(e, dict)),
+              *(v for c in (checkpoints.values() if isinstance(checkpoints, dict) else ()) if isinstance(c, dict)
+                for v in c.values())]
+    too_large = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+                 and abs(v) > inputs.MAX_FIGURE]
+    if too_large:
+        raise PerfDumpError(source, f"a duration or memory figure is {too_large[0]!r} (at most "
+                                    f"{inputs.MAX_FIGURE:g} ms or MiB: no run measures that)", inputs.OUT_OF_RANGE)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+_Figure = Annotated[float, msgspec.Meta(ge=0, le=inputs.MAX_FIGURE)]
+_OptionalFigure = _Figure | msgspec.UnsetType
+
+
+_Text = str | msgspec.UnsetType
+
+
+def _struct(name: str, fields: list[tuple[Any, ...]]) -> type:
+    """A typed record of the dump (fields as (name, type[, default])); made by msgspec.defstruct since its fields are
+    read only through msgspec.to_builtins."""
+    return msgspec.defstruct(name, fields, gc=False)
+
+
+_Step = _struct("_Step", [("name", Annotated[str, msgspec.Meta(min_length=1)]), ("duration_ms", _Figure)])
+_DenoiseStep = _struct("_DenoiseStep", [("step", Annotated[int, msgspec.Meta(ge=0)]), ("duration_ms", _Figure)])
+_MemorySnapshot = _struct("_MemorySnapshot", [("peak_reserved_mb", _Figure)] + [
+    (key, _OptionalFigure, msgspec.UNSET)
+    for key in ("allocated_mb", "reserved_mb", "peak_allocated_mb", "peak_host_anon_mb")])
+# perf-dump.v1 as types, with every figure within inputs.MAX_FIGURE. It never accepts what the schema refuses; what
+# it refuses and the schema accepts (an integer step written 2.0) takes the checked path. ``meta`` is checked to be
+# an object and left undecoded (never read).
+_Dump = _struct("_Dump", [
+    ("total_duration_ms", Annotated[float, msgspec.Meta(gt=0, le=inputs.MAX_FIGURE)]),
+    ("steps", list[_Step]),
+    ("denoise_steps_ms", list[_DenoiseStep] | msgspec.UnsetType, msgspec.UNSET),
+    ("memory_checkpoints", dict[str, _MemorySnapshot] | msgspec.UnsetType, msgspec.UNSET),
+    *((key, _Text, msgspec.UNSET) for key in ("timestamp", "request_id", "commit_hash", "tag")),
+    ("meta", dict[str, msgspec.Raw] | msgspec.UnsetType, msgspec.UNSET),
+])
+_DUMP_DECODER = msgspec.json.Decoder(_Dump)
+
+
+def _decode_checked(text: str) -> dict[str, Any] | None:
+    """The dump decoded by type in one C pass (a 400,000-step dump in a tenth of a second; jsonschema takes a
+    minute), or None when it does not decode: then the checked path says why, in the schema's words."""
+    try:
+        dump = _DUMP_DECODER.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return msgspec.to_builtins(msgspec.structs.replace(dump, meta=msgspec.UNSET))
+
+
 def _require_finite(document: dict[str, Any], source: str) -> None:
     """NaN passes a JSON Schema "number" check; a Python caller can hand one in (load_perf_dump rejects them)."""
     checkpoints = (document.get("memory_checkpoints") or {}).values()
@@ -199,6 +283,9 @@ def _require_finite(document: dict[str, Any], source: str) -> None:
 
 def _denoise_steps(entries: list[dict[str, Any]], source: str) -> list[float]:
     """Per-step durations indexed by step number; steps must be 0..n-1, each once."""
+    if len(entries) > MAX_DENOISE_STEPS:
+        raise PerfDumpError(source, f"denoise_steps_ms holds {len(entries)} steps (at most {MAX_DENOISE_STEPS})",
+                            inputs.OUT_OF_RANGE)
     by_step: dict[int, float] = {}
     for entry in entries:
         step = entry["step"]

@@ -15,6 +15,7 @@ from . import (assets, bench_runner, command_builder, contract, engine_args, eng
                log_gates, log_markers, presets, request_path)
 from .cell import Cell
 from .engine_probe import EngineCapabilities
+from .trace import host_record
 
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".pt.trace.json.gz")
 RANK_IN_NAME = re.compile(r"rank(\d+)")
@@ -116,9 +117,14 @@ def run_profile(preset: presets.Preset, caps: EngineCapabilities, request: Profi
     else:
         run()
     traces = find_traces(trace_dir)
+    host = cell.gates["host"]
+    for trace in traces:  # analyze_trace.py compare reads these to refuse a verdict on a contended pair
+        record = host_record.sidecar_document("profile_diffusion", trace["path"], trace["sha256"], host)
+        trace["host_load_path"] = str(fileio.atomic_write_text(host_record.sidecar_path(trace["path"]),
+                                                               contract.dumps(record) + "\n"))
     reasons = list(cell.reasons)
     if not traces:
         reasons.append(f"artifacts.no_trace: no *.trace.json[.gz] under {trace_dir}")
     status = "valid" if not reasons else "invalid"
     return {"status": status, "traces": traces, "log_path": str(Path(cell.log_path)), "gate": cell.gates["log"],
-            "reasons": reasons, **describe(preset, request, invocation, trace_dir, profiler_env)}
+            "reasons": reasons, "host_load": host, **describe(preset, request, invocation, trace_dir, profiler_env)}

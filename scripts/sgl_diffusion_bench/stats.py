@@ -12,6 +12,7 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import contract, inputs
 from .campaign import MAX_ROUNDS
 from .cell import Cell
 
@@ -46,22 +47,54 @@ def used_cells(cells: Iterable[Cell], arm: str | None = None) -> list[Cell]:
     return [c for c in cells if c.valid and c.perf and (arm is None or c.arm == arm)]
 
 
+def out_of_range(what: str) -> contract.InputError:
+    """The refusal for figures whose statistics leave the floats: finite inputs, never an inf in a document."""
+    return contract.InputError(inputs.OUT_OF_RANGE, f"{what} is out of range of a float",
+                               f"figures must lie within +/-{inputs.MAX_FIGURE:g} (ms or MiB) and a baseline far "
+                               "enough from 0 for a relative change; pass the figures the engine measured")
+
+
+def finite(value: float, what: str) -> float:
+    """``value`` when it is a finite float, else the out_of_range refusal naming ``what``."""
+    if not math.isfinite(value):
+        raise out_of_range(what)
+    return value
+
+
+def safe_mean(values: Sequence[float]) -> float:
+    """fmean, which sums first (1.7e308 twice overflows fsum); on overflow the mean of the values divided by n,
+    which any finite values keep finite."""
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
+
+
 def describe(values: Sequence[float]) -> dict[str, Any]:
     """n, mean, median, sample stdev, CV and range; None where the figure needs more values."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
         return {"n": 0, "mean": None, "median": None, "stdev": None, "cv_pct": None, "min": None, "max": None}
-    mean = statistics.fmean(vals)
-    stdev = statistics.stdev(vals) if len(vals) > 1 else None
-    return {"n": len(vals), "mean": mean, "median": statistics.median(vals), "stdev": stdev,
-            "cv_pct": (stdev / mean * 100) if stdev is not None and mean else None,
-            "min": min(vals), "max": max(vals)}
+    if not all(map(math.isfinite, vals)):
+        raise out_of_range("a figure")
+    mean = safe_mean(vals)
+    try:
+        stdev = finite(statistics.stdev(vals), "the standard deviation") if len(vals) > 1 else None
+    except OverflowError:
+        raise out_of_range("the standard deviation") from None
+    return {"n": len(vals), "mean": mean, "median": finite(statistics.median(vals), "the median"), "stdev": stdev,
+            "cv_pct": finite(stdev / mean * 100, "the coefficient of variation") if stdev is not None and mean
+            else None, "min": min(vals), "max": max(vals)}
 
 
 def relative_change_pct(baseline: float | None, candidate: float | None) -> float | None:
+    """(candidate - baseline) / baseline in %; None without a baseline (or a 0 one), out_of_range past a float."""
     if baseline is None or candidate is None or baseline == 0:
         return None
-    return (candidate - baseline) / baseline * 100
+    try:
+        return finite((candidate - baseline) / baseline * 100, f"the change from {baseline:g} to {candidate:g}")
+    except OverflowError:
+        raise out_of_range(f"the change from {baseline:g} to {candidate:g}") from None
 
 
 def _metric(cell: Cell, metric: str) -> float | None:
@@ -152,7 +185,10 @@ def _bootstrap_interval(baseline: Sequence[Sequence[float]], candidate: Sequence
         return total / count
 
     base = resampled_means(baseline)
-    changes = (resampled_means(candidate) - base) / base * 100
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        changes = (resampled_means(candidate) - base) / base * 100
+    if not np.isfinite(changes).all():  # a resampled baseline mean of 0, or one so small the change overflows
+        raise out_of_range("the bootstrap change (a baseline mean at or near 0)")
     tail = (1 - confidence) / 2 * 100
     low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
     return low, high
@@ -185,8 +221,11 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
     strata_c = [c for _, c in usable] or [list(cand)]
     low, high = _bootstrap_interval(strata_b, strata_c, resamples=resamples, seed=seed, confidence=confidence)
     z = _z(1 - (1 - confidence) / 2) + _z(POWER)
-    mde = z * ((cv_b ** 2 / len(base) + cv_c ** 2 / len(cand)) ** 0.5)
-    needed = math.ceil(z ** 2 * (cv_b ** 2 + cv_c ** 2) / threshold_pct ** 2) if threshold_pct > 0 else None
+    try:
+        mde = finite(z * ((cv_b ** 2 / len(base) + cv_c ** 2 / len(cand)) ** 0.5), "the smallest detectable effect")
+    except OverflowError:
+        raise out_of_range("the smallest detectable effect") from None
+    needed = _samples_needed(z, cv_b, cv_c, threshold_pct)
     have = min(len(base), len(cand))
     result.update(change_ci_low_pct=low, change_ci_high_pct=high, min_detectable_effect_pct=mde,
                   samples_per_arm_needed=needed,
@@ -194,6 +233,21 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
                   rounds_needed=None if needed is None else max(DEFAULT_MIN_ROUNDS,
                                                                 math.ceil(needed / cells_per_round)))
     return result
+
+
+MAX_SAMPLES_STATED = 10 ** 9  # a count past this is "out of reach", never a figure to act on
+
+
+def _samples_needed(z: float, cv_b: float, cv_c: float, threshold_pct: float) -> int | None:
+    """Samples per arm for a ``threshold_pct`` verdict at these CVs; capped at MAX_SAMPLES_STATED + 1 (a tiny
+    threshold would overflow the float) so every consumer reads it as out of reach."""
+    if threshold_pct <= 0:
+        return None
+    try:
+        wanted = z ** 2 * (cv_b ** 2 + cv_c ** 2) / threshold_pct ** 2
+    except (OverflowError, ZeroDivisionError):
+        wanted = math.inf
+    return math.ceil(wanted) if wanted <= MAX_SAMPLES_STATED else MAX_SAMPLES_STATED + 1
 
 
 def too_noisy_advice(cv_pct: float | None, threshold_pct: float) -> str:
@@ -244,9 +298,9 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
                               "ci_low_pct": None, "ci_high_pct": None, "round_changes_pct": [],
                               "rounds_same_direction": None}
     if base:
-        result["baseline_mean"] = statistics.fmean(_metric(c, metric) for c in base)
+        result["baseline_mean"] = safe_mean([_metric(c, metric) for c in base])
     if cand:
-        result["candidate_mean"] = statistics.fmean(_metric(c, metric) for c in cand)
+        result["candidate_mean"] = safe_mean([_metric(c, metric) for c in cand])
     result["change_pct"] = relative_change_pct(result["baseline_mean"], result["candidate_mean"])
 
     has_rounds = any(c.round is not None for c in pick)
@@ -309,7 +363,7 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
 
 def _mean(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
+    return safe_mean(vals) if vals else None
 
 
 def _change_of(base: Mapping[str, Any], cand: Mapping[str, Any]) -> dict[str, Any]:

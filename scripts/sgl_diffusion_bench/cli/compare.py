@@ -34,8 +34,9 @@ def build_parser() -> _runner.Parser:
     parser.add_argument("files", nargs="*", help="perf dumps; the first is the baseline")
     parser.add_argument("--baseline", nargs="+", default=[], metavar="DUMP", help="baseline group of perf dumps")
     parser.add_argument("--candidate", nargs="+", default=[], metavar="DUMP", help="candidate group of perf dumps")
-    parser.add_argument("--memory-kind", choices=perf_dump.MEMORY_KINDS, default="device",
-                        help="what the dumps' memory figures are: device memory, or process RSS (CPU adapter)")
+    parser.add_argument("--memory-kind", choices=perf_dump.MEMORY_KINDS,
+                        help="what the dumps' memory figures are: device (a GPU run) or process_rss (the CPU "
+                             "adapter's stand-in); a dump does not say, so without it no peak memory is compared")
     parser.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True),
                         default=stats.DEFAULT_THRESHOLD_PCT,
                         help="smallest change (%%) the verdict may call improved/regressed (default %(default)s)")

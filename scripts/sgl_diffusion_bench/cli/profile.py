@@ -70,13 +70,14 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if args.dry_run:
         invocation, trace_dir, profiler_env = profile_run.profile_invocation(preset, caps, request, build_model=False)
         doc = contract.envelope("profile-run.v1", TOOL, status="planned", traces=[], log_path=None, gate=None,
-                                reasons=[], **profile_run.describe(preset, request, invocation, trace_dir,
-                                                                   profiler_env))
+                                reasons=[], host_load=None,
+                                **profile_run.describe(preset, request, invocation, trace_dir, profiler_env))
         return _runner.Result(doc, " \\\n  ".join(map(shlex.quote, invocation.argv)))
     payload = profile_run.run_profile(preset, caps, request)
     doc = contract.envelope("profile-run.v1", TOOL, ok=payload["status"] == "valid", **payload)
     traces = payload["traces"]
     text = "\n".join([f"{payload['status']}: {len(traces)} trace(s)", *(t["path"] for t in traces), *payload["reasons"],
+                       payload["host_load"].get("reason") or "host: no other busy process at the run's start and end",
                        "next: python3 scripts/analyze_trace.py hotspots <trace> --json"])
     return _runner.Result(doc, text)
 

@@ -12,7 +12,8 @@ from ..trace.analyses.classify import classify_trace
 from ..trace.analyses.compare import compare_traces
 from ..trace.analyses.ranks import analyze_ranks
 from ..trace.load import load_trace
-from ..trace.render import render_classify_text, render_compare_markdown, render_hotspots_text
+from ..trace.profile_table import profile_table
+from ..trace.render import render_classify_text, render_hotspots_text
 from ..trace.summary import bounded, hotspots_body, trace_info
 from . import _runner
 
@@ -22,6 +23,7 @@ EPILOG = """examples:
   python3 scripts/analyze_trace.py hotspots prof/*-global-rank0.trace.json.gz --top 20 --json
   python3 scripts/analyze_trace.py hotspots rank0.trace.json.gz rank1.trace.json.gz --json   # ranks + skew
   python3 scripts/analyze_trace.py compare eager.trace.json.gz graph.trace.json.gz --markdown table.md --json
+      (reads <trace>.host-load.json beside each trace; a pair profiled on a busy host gets no verdict, exit 1)
   python3 scripts/analyze_trace.py classify prof/*.trace.json.gz --top 15 --json
 
 """ + _runner.EXIT_CODES_EPILOG
@@ -44,6 +46,9 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=15,
                    help="changed kernels listed (default 15)")
     p.add_argument("--markdown", help="also write the Markdown table to this file")
+    p.add_argument("--host-load-a", metavar="FILE",
+                   help="A's host-load record (trace-host-load.v1; default: <A>.host-load.json beside the trace)")
+    p.add_argument("--host-load-b", metavar="FILE", help="B's host-load record, as --host-load-a")
     p = sub.add_parser("classify", parents=[parent],
                        help="label hot kernels and unfused chains with fast-path families")
     p.add_argument("trace", metavar="TRACE", help=".json or .json.gz Chrome trace")
@@ -77,19 +82,23 @@ def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
     return _runner.Result(doc, text)
 
 
+def compare(args: argparse.Namespace) -> _runner.Result:
+    """The profile table of two traces, with each run's host load; a contended pair gets no verdict (exit 1)."""
+    payload = profile_table(load_trace(args.trace_a), load_trace(args.trace_b), (args.label_a, args.label_b),
+                            _positive(args.top, "--top"), args.host_load_a, args.host_load_b)
+    path = _runner.write_output_file(args.markdown, payload["markdown"], "--markdown") if args.markdown else None
+    doc = contract.envelope("trace-compare.v1", TOOL, ok=payload["verdict"]["status"] != "withheld_contended",
+                            markdown_path=path, **payload)
+    return _runner.Result(doc, payload["markdown"])
+
+
 def handle(args: argparse.Namespace) -> _runner.Result:
     if args.command is None:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     if args.command == "hotspots":
         return hotspots(args.traces, _positive(args.top, "--top"), args.output)
     if args.command == "compare":
-        a, b = load_trace(args.trace_a), load_trace(args.trace_b)
-        result = compare_traces(a, b, (args.label_a, args.label_b), _positive(args.top, "--top"))
-        markdown = render_compare_markdown(result)
-        path = _runner.write_output_file(args.markdown, markdown, "--markdown") if args.markdown else None
-        doc = contract.envelope("trace-compare.v1", TOOL, traces={"a": trace_info(a), "b": trace_info(b)},
-                                markdown=markdown, markdown_path=path, **result)
-        return _runner.Result(doc, markdown)
+        return compare(args)
     trace = load_trace(args.trace)
     registry = fast_paths.load_registry()
     result = classify_trace(trace, registry, _positive(args.top, "--top"))
@@ -132,7 +141,7 @@ def self_tests() -> list[selftest.Check]:
         raise AssertionError("a truncated trace was accepted")
 
     return [*selftest.schema_checks(["trace-hotspots.v1", "trace-ranks.v1", "trace-compare.v1", "trace-classify.v1",
-                                     "fast-paths.v1"]),
+                                     "trace-host-load.v1", "fast-paths.v1"]),
             selftest.Check("fast-path-registry", registry_loads),
             selftest.Check("sample-hotspots", sample_hotspots),
             selftest.Check("sample-classify-compare", sample_classify_and_compare),

@@ -10,9 +10,8 @@ from typing import Any
 
 from .. import contract, fast_paths, profile_run
 from ..trace.analyses.classify import classify_trace
-from ..trace.analyses.compare import compare_traces
 from ..trace.load import load_trace
-from ..trace.render import render_compare_markdown
+from ..trace.profile_table import profile_table
 from ..trace.summary import trace_info
 from .steps import Context, Outcome, _model_flags, write_document
 
@@ -61,13 +60,10 @@ def profile_step(ctx: Context) -> Outcome:
 def trace_analysis_step(ctx: Context) -> Outcome:
     profiles = ctx.results["profile"]
     a_path, b_path = (ctx.root / profiles[arm]["trace"] for arm in ARMS)
-    a, b = load_trace(a_path), load_trace(b_path)
-    compared = compare_traces(a, b, ARMS, TOP_KERNELS)
-    markdown = render_compare_markdown(compared)
+    b = load_trace(b_path)
+    compared = profile_table(load_trace(a_path), b, ARMS, TOP_KERNELS)
     folder = ctx.folder("trace_analysis")
-    compare_doc = contract.envelope("trace-compare.v1", "analyze_trace", traces={"a": trace_info(a),
-                                                                                 "b": trace_info(b)},
-                                    markdown=markdown, markdown_path=None, **compared)
+    compare_doc = contract.envelope("trace-compare.v1", "analyze_trace", markdown_path=None, **compared)
     write_document(folder / "trace-compare.json", compare_doc)
     classified = classify_trace(b, fast_paths.load_registry(), TOP_KERNELS)
     classify_doc = contract.envelope("trace-classify.v1", "analyze_trace", trace=trace_info(b),

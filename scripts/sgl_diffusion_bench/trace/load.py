@@ -90,6 +90,9 @@ def read_trace_bytes(path: Path) -> bytes:
 def decode_events(raw: bytes, source: str) -> tuple[list[_Event], _DistributedInfo | None]:
     try:
         decoded = _DECODER.decode(raw)
+    except RecursionError:  # a 100,000-deep object in a skipped field: refused like a deep array
+        raise InputError("input.trace_corrupt", f"{source} nests deeper than a JSON reader can follow",
+                         "pass the trace the profiler wrote; a trace nests a few levels deep") from None
     except msgspec.ValidationError as exc:
         raise InputError("input.not_a_trace", f"{source} is JSON but not a Chrome trace: {exc}",
                          "pass a torch.profiler trace (an object with a 'traceEvents' list)") from exc

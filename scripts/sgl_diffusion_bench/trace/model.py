@@ -52,7 +52,7 @@ class Events:
     name: list[int]
     ts: list[float]
     dur: list[float]
-    thread: list[int]  # empty for cpu_ops, which analyses use by name and time only
+    thread: list[int]  # for cpu_ops: the (pid, tid) they ran on, which their nesting (self time) is read from
     kind: list[int]  # empty for cpu_ops
     correlation: list[int]  # empty for cpu_ops
 
@@ -124,7 +124,7 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
     thread_ids: dict[tuple, int] = {}
     device, calls, annotations, cpu_ops, frames, step_frames = (_new_events() for _ in range(6))
     device_kinds, call_kinds = DEVICE_KINDS, CALL_KINDS
-    op_names, op_ts, op_dur = cpu_ops.name, cpu_ops.ts, cpu_ops.dur
+    op_names, op_ts, op_dur, op_thread = cpu_ops.name, cpu_ops.ts, cpu_ops.dur, cpu_ops.thread
 
     def intern(name: str) -> int:
         nid = name_ids.get(name)
@@ -155,10 +155,11 @@ def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | N
         if kind is not None:
             args = e.args
             add(calls, e, kind, args.correlation if args is not None and args.correlation is not None else -1)
-        elif cat in CPU_OP_CATEGORIES:  # the most numerous events: only name, ts and dur are kept
+        elif cat in CPU_OP_CATEGORIES:  # the most numerous events: only name, ts, dur and thread are kept
             op_names.append(intern(e.name))
             op_ts.append(e.ts)
             op_dur.append(e.dur)
+            op_thread.append(thread_ids.setdefault((e.pid, e.tid), len(thread_ids)))
         elif cat == "user_annotation":
             add(annotations, e, 0, -1)
         elif cat == "python_function" and "/stages/" in e.name:
@@ -258,6 +259,42 @@ def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
         if j >= 0 and ts < ends[j]:
             out[i] = ids[j]
     return out
+
+
+def op_nesting(ops: Events) -> tuple[list[float], list[bool]]:
+    """Per op: its self time (its duration less the time of the ops nested inside it on the same thread, as
+    torch.profiler's "self CPU"), so ``aten::conv2d > aten::convolution > aten::_convolution > ...`` counts the
+    convolution's time once, under the innermost name; and whether it runs inside an op of its own name
+    (``aten::sum`` calls another ``aten::sum``), so a name's inclusive time counts such recursion once. A child that
+    overruns its parent (rounded timestamps) is cut at the parent's end: on each thread the self times add up to the
+    union of the op intervals."""
+    own = [0.0] * len(ops)
+    recursive = [False] * len(ops)
+    by_thread: dict[int, list[int]] = {}
+    for i, thread in enumerate(ops.thread):
+        by_thread.setdefault(thread, []).append(i)
+    ts, dur, name = ops.ts, ops.dur, ops.name
+    for rows in by_thread.values():
+        rows.sort(key=dur.__getitem__, reverse=True)  # two stable sorts: by start, the longer (the parent) first
+        rows.sort(key=ts.__getitem__)
+        stack: list[tuple[int, float]] = []  # (op, its end cut to its parent's end)
+        open_names: dict[int, int] = {}  # name -> how many ops of that name are on the stack
+        for i in rows:
+            start, length, n = ts[i], dur[i], name[i]
+            while stack and stack[-1][1] <= start:
+                open_names[name[stack.pop()[0]]] -= 1
+            end = start + length  # length stays the duration itself, not end - start: no rounding of large ts
+            if stack:
+                parent, parent_end = stack[-1]
+                if end > parent_end:
+                    length, end = parent_end - start, parent_end
+                own[parent] -= length
+            own[i] += length
+            depth = open_names.get(n, 0)
+            recursive[i] = depth > 0
+            open_names[n] = depth + 1
+            stack.append((i, end))
+    return [max(v, 0.0) for v in own], recursive
 
 
 def union_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .analyses.hotspots import analyze_cpu_ops, analyze_kernels, analyze_memory_ops, totals
+from .analyses.hotspots import analyze_cpu_ops, analyze_kernels, analyze_memory_ops, cpu_op_totals, totals
 from .analyses.launches import analyze_launches
 from .analyses.stages import analyze_stages
 from .model import Trace
@@ -42,5 +42,5 @@ def hotspots_body(trace: Trace, top: int | None) -> dict:
         "steps": stage_result["steps"],
         "denoise": stage_result["denoise"],
         "cpu_ops": cpu_ops[: (len(cpu_ops) if top is None else top)],
-        "cpu_ops_total": totals(cpu_ops),
+        "cpu_ops_total": cpu_op_totals(cpu_ops),
     }

@@ -20,7 +20,13 @@ def _streams(trace: Trace) -> list[list[int]]:
     return [sorted(rows, key=lambda i: dev.ts[i]) for _, rows in sorted(by_stream.items())]
 
 
+NO_DEVICE_KERNELS_NOTE = ("this trace has no device kernels, so there is nothing to classify (a CPU-only run: the "
+                          "fast-path families are GPU kernels); read its CPU ops by self time with "
+                          "'analyze_trace.py hotspots'")
+
+
 def classify_trace(trace: Trace, registry: Registry, top: int = 20) -> dict:
+    """Hot kernels with their families; ``no_device_kernels`` (and a ``note``) when the trace has none at all."""
     table = analyze_kernels(trace)
     family_of = {r["name"]: registry.classify(r["name"]) for r in table}
     hot = []
@@ -62,4 +68,5 @@ def classify_trace(trace: Trace, registry: Registry, top: int = 20) -> dict:
         row["in_unfused_chains"] = sorted(chain_members.get(row["name"], ()))
     classified_share = round(sum(f["share"] for f in families.values()), 6)
     return {"hot": hot, "families": dict(sorted(families.items())), "chains": chains,
-            "classified_share": classified_share}
+            "classified_share": classified_share, "no_device_kernels": not table,
+            "note": NO_DEVICE_KERNELS_NOTE if not table else None}

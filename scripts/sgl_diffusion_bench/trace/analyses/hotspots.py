@@ -1,8 +1,8 @@
-"""Device time by kernel name (and memcpy/memset apart), plus the busiest CPU ops: where the time goes."""
+"""Device time by kernel name (and memcpy/memset apart), plus CPU ops by self time: where the time goes."""
 
 from __future__ import annotations
 
-from ..model import KERNEL, Trace
+from ..model import KERNEL, Trace, op_nesting
 
 
 def _table(trace: Trace, rows: list[int], names: list[int], durs: list[float]) -> list[dict]:
@@ -39,8 +39,30 @@ def analyze_memory_ops(trace: Trace) -> list[dict]:
 
 
 def analyze_cpu_ops(trace: Trace) -> list[dict]:
-    """CPU ops by total (inclusive) host time; nested ops each count their own duration."""
-    return _table(trace, list(range(len(trace.cpu_ops))), trace.cpu_ops.name, trace.cpu_ops.dur)
+    """CPU ops by self time (their own time, nested ops' time taken out), largest first: each instant of host time
+    counts under one name only, so the shares of all rows add up to 1. ``inclusive_us`` keeps the nested time (an
+    op nested in one of its own name adds nothing to it)."""
+    ops = trace.cpu_ops
+    own, recursive = op_nesting(ops)
+    count: dict[int, int] = {}
+    self_us: dict[int, float] = {}
+    inclusive: dict[int, float] = {}
+    for n, d, s, r in zip(ops.name, ops.dur, own, recursive, strict=True):
+        count[n] = count.get(n, 0) + 1
+        self_us[n] = self_us.get(n, 0.0) + s
+        inclusive[n] = inclusive.get(n, 0.0) + (0.0 if r else d)
+    grand = sum(self_us.values())
+    table = [{"name": trace.names[n], "count": c, "self_us": round(self_us[n], 3),
+              "inclusive_us": round(inclusive[n], 3), "mean_self_us": round(self_us[n] / c, 3),
+              "share": round(self_us[n] / grand, 6) if grand > 0 else 0.0} for n, c in count.items()]
+    table.sort(key=lambda r: (-r["self_us"], r["name"]))
+    return table
+
+
+def cpu_op_totals(table: list[dict]) -> dict:
+    """``self_us`` is the host time spent inside any op (nested time once)."""
+    return {"distinct": len(table), "count": sum(r["count"] for r in table),
+            "self_us": round(sum(r["self_us"] for r in table), 3)}
 
 
 def totals(table: list[dict]) -> dict:
