@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import contract, engine_process, engine_python, env, gpu, selftest
+from .. import contract, engine_probe, engine_process, engine_python, env, gpu, selftest
 from . import _engine_args, _runner
 
 TOOL = "diffusion_skill_env"
@@ -63,7 +63,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     if command == "inspect":
         doc = env.inspect(engine_python=engine_python.resolve(args.engine_python),
-                          check_engine=not args.no_engine_check)
+                          import_check=None if args.no_engine_check else engine_probe.import_check)
         return _runner.Result(doc, render_inspect(doc))
     if command == "print-root":
         root, _ = env.repo_root()
