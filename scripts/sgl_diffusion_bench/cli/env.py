@@ -26,7 +26,8 @@ def build_parser() -> _runner.Parser:
     p = sub.add_parser("inspect", parents=[parent], help="one env.v1 document: versions, GPUs, dirs, problems")
     _engine_args.add_engine_options(p)
     p.add_argument("--no-engine-check", action="store_true",
-                   help="skip importing the engine's generate entry point in a child process (10-40 s)")
+                   help="skip importing the engine's generate entry point in a child process (the engine "
+                   "probe's, shared with check_readiness through its cache; 10-40 s when not cached)")
     sub.add_parser("print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
     p = sub.add_parser("print-assets-dir", parents=[parent], help="<work root>/inputs/diffusion_benchmark/figs")
     p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
