@@ -29,6 +29,7 @@ from .run_record import reproduce_command  # noqa: F401 (the runner's API)
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_probe import EngineCapabilities
 from .presets import Preset
+from .progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
 
 DEFAULT_CELL_TIMEOUT_S = 3600.0
 REPORT_SUFFIX = ".bench-report.json"
@@ -339,6 +340,12 @@ class CampaignRunner:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
         gate = engine_args.log_gate(self.markers, invocation.argv, quality=invocation.quality_level)
         facts = engine_args.EngineRunFacts()
+        ticker = Ticker(f"cell {cell.index + 1}/{len(self.cells)} {cell.arm}")  # a cold start loads quietly
+
+        def observe(line: str) -> None:
+            facts.feed(line)
+            ticker.feed(line)
+
         if invocation.quality is not None:
             cell.quality = dict(invocation.quality)  # the level the engine ran, aliases resolved
         adapter = request_path.run_cold(
@@ -346,7 +353,7 @@ class CampaignRunner:
             gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
             output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
             echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.foreign_check,
-            observe=facts.feed, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA))  # built while it runs
+            observe=observe, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA))  # built while it runs
         cell.engine_run = facts.to_json()
         if adapter is not None:
             self.adapter = adapter

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, engine_flag_forms, engine_python, engine_sources, env, fileio, inputs
+from . import contract, engine_flag_forms, engine_python, engine_sources, env, fileio, inputs, progress
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 900  # a fresh venv's first import compiles sglang's bytecode: minutes on a loaded 2-core box
@@ -285,11 +285,14 @@ class ParserImportError(RuntimeError):
 
 
 def _introspect(python: str, adapter_env: Mapping[str, str]) -> dict[str, Any]:
-    proc = subprocess.run([python, "-c", _INTROSPECT], capture_output=True, text=True, env=dict(adapter_env),
-                          timeout=PROBE_TIMEOUT_S, check=False)
-    for line in proc.stdout.splitlines():
-        if line.startswith(PROBE_MARK):
-            return json.loads(line[len(PROBE_MARK):])
+    with progress.phase("engine probe: importing sglang's generate parser", f"with {python}; cached afterwards; the "
+                        "first import of a fresh install compiles its bytecode: minutes") as ticker:
+        proc = progress.run_child([python, "-c", _INTROSPECT], ticker, timeout_s=PROBE_TIMEOUT_S, env=adapter_env)
+        found = next((json.loads(line[len(PROBE_MARK):]) for line in proc.stdout.splitlines()
+                      if line.startswith(PROBE_MARK)), None)
+        if found is not None:
+            return found
+        ticker.outcome = "failed"
     lines = proc.stderr.strip().splitlines() or ["no output"]
     missing = next((m["module"] for m in map(_MISSING_MODULE.search, reversed(lines)) if m), None)
     raise ParserImportError(f"importing sglang's generate parser failed (exit {proc.returncode}): {lines[-1]}",
@@ -409,6 +412,25 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
         return ProbeResult(caps, cache_path, False)  # never cached: the next call probes again
     _write_cache(cache_path, key, caps)
     return ProbeResult(caps, cache_path, False)
+
+
+def import_check(python: str) -> dict[str, Any]:
+    """inspect's import check of the generate entry point, answered by the probe: it imports the same module with
+    the same CPU adapter, and its cache (same interpreter, release and sources) lets inspect and check_readiness
+    import sglang once between them. {ok, module, missing_module, error, seconds, cached}."""
+    import time
+
+    began = time.monotonic()
+    try:
+        result = probe_engine(python=python, accept_degraded=True)
+        degraded, cached = result.capabilities.degraded, result.cache_hit
+        missing, error = (None, None) if degraded is None else (degraded["missing_module"], degraded["reason"])
+    except contract.ToolError as exc:
+        found, cached, error = _MISSING_MODULE.search(exc.message), False, exc.message
+        missing = found["module"] if found else None
+    return {"ok": error is None, "module": engine_python.GENERATE_ENTRY, "missing_module": missing,
+            "error": contract.redact(error) if error else None, "seconds": round(time.monotonic() - began, 2),
+            "cached": cached}
 
 
 def load_capabilities_file(path: Path) -> EngineCapabilities:

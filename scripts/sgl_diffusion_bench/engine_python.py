@@ -107,26 +107,6 @@ def sglang_cli(python: str) -> list[str]:
 
 
 GENERATE_ENTRY = "sglang.multimodal_gen.runtime.entrypoints.cli.generate"
-IMPORT_TIMEOUT_S = 300
-
-
-def import_check(python: str, child_env: Mapping[str, str]) -> dict[str, Any]:
-    """Import sglang's generate entry point in a child ``python`` (the CPU adapter on PYTHONPATH where the caller put
-    it): {ok, module, missing_module, error, seconds}. A failure here is what `sglang generate` would hit first."""
-    import re
-    import time
-
-    start = time.monotonic()
-    try:
-        proc = subprocess.run([python, "-c", f"import {GENERATE_ENTRY}"], capture_output=True, text=True,
-                              timeout=IMPORT_TIMEOUT_S, check=False, env=dict(child_env))
-        lines = proc.stderr.strip().splitlines()
-        ok, error = proc.returncode == 0, None if proc.returncode == 0 else (lines or ["no output"])[-1]
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        ok, lines, error = False, [], str(exc)
-    missing = next((m[1] for m in map(re.compile(r"No module named '([\w.]+)'").search, reversed(lines)) if m), None)
-    return {"ok": ok, "module": GENERATE_ENTRY, "missing_module": None if ok else missing,
-            "error": contract.redact(error) if error else None, "seconds": round(time.monotonic() - start, 2)}
 
 
 def torch_requirement(python_info: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -14,9 +14,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from . import contract, fileio, gpu, hf_settings, paths
+from . import contract, fileio, gpu, hf_settings, paths, progress
 
 WORKDIR_ENV = "SGLANG_DIFFUSION_SKILL_WORKDIR"
 ASSETS_SUBDIR = Path("inputs/diffusion_benchmark/figs")
@@ -147,7 +147,8 @@ def torch_info(import_torch: bool = True, gpus_seen: bool = False) -> dict[str, 
         info["cuda_available"] = gpus_seen and info["cuda_build"] is not None
         return info
     try:
-        import torch
+        with progress.phase("importing torch (its version, CUDA build and NCCL)"):
+            import torch
     except Exception as exc:  # a broken torch install is itself a finding, reported in problems
         info["import_error"] = f"{type(exc).__name__}: {exc}"
         return info
@@ -191,21 +192,21 @@ def hf_info(environ: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def engine_check(python: str) -> dict[str, Any]:
+def engine_check(python: str, import_check: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """The engine as ``python`` has it, checked for real: its generate entry point imported in a child process (the
-    CPU adapter on PYTHONPATH, so a GPU-less box tests what `sglang generate` would), and sglang's declared torch
-    requirement against the installed torch."""
-    from . import engine_process, engine_python
+    CPU adapter on PYTHONPATH, so a GPU-less box tests what `sglang generate` would; ``import_check`` is the engine
+    probe's, cached), and sglang's declared torch requirement against the installed torch."""
+    from . import engine_python
 
     info = engine_python.describe(python)
-    check = engine_python.import_check(python, engine_process.cpu_adapter_env(dict(os.environ)))
-    return {"python": python, "import_check": check, "torch_requirement": engine_python.torch_requirement(info)}
+    return {"python": python, "import_check": import_check(python),
+            "torch_requirement": engine_python.torch_requirement(info)}
 
 
 def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, engine_python: str | None = None,
-            check_engine: bool = False) -> dict[str, Any]:
-    """The whole environment as one env.v1 document (``import_torch=False``: see torch_info; ``check_engine`` also
-    imports the engine in a child process, 10-40 s)."""
+            import_check: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The whole environment as one env.v1 document (``import_torch=False``: see torch_info; ``import_check``, the
+    engine probe's, also imports the engine in a child process unless its cache answers: 10-40 s)."""
     from . import engine_python as engine_interpreter
 
     root, root_reason = repo_root()
@@ -234,8 +235,8 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
         env={name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},
         huggingface=hf_info(),
     )
-    if check_engine and location["installed"]:
-        doc["sglang"]["engine_check"] = engine_check(engine_python or sys.executable)
+    if import_check is not None and location["installed"]:
+        doc["sglang"]["engine_check"] = engine_check(engine_python or sys.executable, import_check)
     doc["problems"] = find_problems(doc, torch)
     return doc
 

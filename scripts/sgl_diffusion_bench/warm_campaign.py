@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import (command_builder, contract, engine_args, host_load, memory_evidence, output_check, request_path,
+from . import (command_builder, contract, engine_args, host_load, memory_evidence, output_check, progress, request_path,
                warm_engine, warm_grouping)
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
@@ -140,7 +140,9 @@ class WarmCampaign:
             start.facts.feed(line)
             return gate.feed(line)
 
-        ready = engine.wait_ready(on_line, self.settings.cell_timeout_s)
+        with progress.phase(f"engine {start.id}: loading the model", f"its log: {start.log_path}") as ticker:
+            ready = engine.wait_ready(on_line, self.settings.cell_timeout_s, ticker)
+            ticker.outcome = "done" if ready.status == "ok" else f"ended ({ready.status})"
         start.load_s = ready.wall_s
         verdict = gate.verdict()
         start.captures = verdict.bcg.captured_graphs
@@ -148,7 +150,8 @@ class WarmCampaign:
         reasons = [f"{r.code}: {r.message}" for r in verdict.reasons if r.code != "bcg.no_capture"]
         if ready.status != "ok":
             reasons.insert(0, _segment_reason(ready, "while loading"))
-        for n, warm_inv in enumerate(self._warmup_requests(key_index) if not reasons else (), start=1):
+        warmups = self._warmup_requests(key_index) if not reasons else []
+        for n, warm_inv in enumerate(warmups, start=1):
             warm_dir = engine_dir / f"warmup{n}"
             config = None
             if warm_inv.config_path is not None:  # its own copy, as each measured request has
@@ -158,8 +161,11 @@ class WarmCampaign:
             args = warm_grouping.with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json",
                                                     warm_dir, "warmup", config)
             judged = Cell(index=first, arm=runner.cells[first].arm)  # judged like a measured request, never counted
-            segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
-                                  warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log")
+            with progress.phase(f"engine {start.id}: warm-up request {n} of {len(warmups)}") as ticker:
+                segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
+                                      warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log",
+                                      ticker=ticker)
+                ticker.outcome = "done" if judged.valid else f"ended ({judged.status})"
             start.warmup_s += segment.wall_s
             start.warmup_requests += 1
             if not judged.valid:
@@ -271,7 +277,8 @@ class WarmCampaign:
 
     def _serve(self, start: EngineStart, cell: Cell, request_id: str, args: list[str],
                quality: str | None, perf_dump: Path, output_dir: Path, stem: str, log_path: Path,
-               boundary: Callable[[], BoundarySample] | None = None) -> warm_engine.Segment:
+               boundary: Callable[[], BoundarySample] | None = None,
+               ticker: progress.Ticker | None = None) -> warm_engine.Segment:
         """One request on a warm engine, judged into ``cell`` by the same code as a cold cell (gated at the level
         the request runs at, ``quality``, as a cold cell is)."""
         runner = self.runner
@@ -284,7 +291,7 @@ class WarmCampaign:
             return gate.feed(line)
 
         before = boundary() if boundary else None
-        segment = start.engine.serve(request_id, args, on_line, self.settings.cell_timeout_s)
+        segment = start.engine.serve(request_id, args, on_line, self.settings.cell_timeout_s, ticker)
         after = boundary() if boundary else None
         log_path.write_text("".join(line + "\n" for line in segment.lines), encoding="utf-8")
         verdict = gate.verdict()

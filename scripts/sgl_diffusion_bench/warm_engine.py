@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, TextIO
 
-from . import contract, engine_process
+from . import contract, engine_process, progress
 from .warm_driver import MARKER
 
 DRIVER_PATH = Path(__file__).resolve().with_name("warm_driver.py")
@@ -122,12 +122,14 @@ class WarmEngine:
 
     # -- phases --------------------------------------------------------------------------------------------------
 
-    def wait_ready(self, on_line: Callable[[str], str | None] | None, timeout_s: float | None) -> Segment:
-        """Lines up to the driver's READY: loading the model and the engine's own startup warmup."""
-        return self._consume(lambda words: words[0] == "READY", on_line, timeout_s)
+    def wait_ready(self, on_line: Callable[[str], str | None] | None, timeout_s: float | None,
+                   ticker: progress.Ticker | None = None) -> Segment:
+        """Lines up to the driver's READY: loading the model and the engine's own startup warmup (``ticker`` gets
+        every line, and a tick while the engine is quiet)."""
+        return self._consume(lambda words: words[0] == "READY", on_line, timeout_s, ticker)
 
     def serve(self, request_id: str, generate_args: list[str], on_line: Callable[[str], str | None] | None,
-              timeout_s: float | None) -> Segment:
+              timeout_s: float | None, ticker: progress.Ticker | None = None) -> Segment:
         """Send one request (the arguments ``sglang generate`` would get) and collect its lines until its END."""
         if not self.alive:
             return Segment("exited", [], 0.0, error="the engine is no longer running")
@@ -136,10 +138,11 @@ class WarmEngine:
             self.process.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             return Segment("exited", [], 0.0, error=f"the engine took no request: {exc}")
-        return self._consume(lambda words: words[0] == "END" and words[1:2] == [request_id], on_line, timeout_s)
+        return self._consume(lambda words: words[0] == "END" and words[1:2] == [request_id], on_line, timeout_s,
+                             ticker)
 
     def _consume(self, done: Callable[[list[str]], bool], on_line: Callable[[str], str | None] | None,
-                 timeout_s: float | None) -> Segment:
+                 timeout_s: float | None, ticker: progress.Ticker | None = None) -> Segment:
         began = time.monotonic()
         deadline = began + timeout_s if timeout_s is not None else None
         lines: list[str] = []
@@ -149,9 +152,14 @@ class WarmEngine:
             if remaining is not None and remaining <= 0 and not stop:
                 stop.update(reason=engine_process.TIMEOUT_REASON, line=None, after=time.monotonic() - began)
                 self.stop()
+            wait = None if stop or remaining is None else max(remaining, 0.01)
+            if ticker is not None and not stop:
+                wait = ticker.interval_s if wait is None else min(wait, ticker.interval_s)
             try:
-                line = self._lines.get(timeout=None if stop or remaining is None else max(remaining, 0.01))
+                line = self._lines.get(timeout=wait)
             except queue.Empty:
+                if ticker is not None:
+                    ticker.tick()
                 continue
             if line is None:
                 self._eof = True
@@ -170,6 +178,8 @@ class WarmEngine:
                     return Segment("ok", lines, time.monotonic() - began, engine_s)
                 continue
             lines.append(line)
+            if ticker is not None:
+                ticker.feed(line)
             if on_line is not None and not stop:
                 reason = on_line(line)
                 if reason:

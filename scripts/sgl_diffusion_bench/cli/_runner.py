@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import contract, selftest
+from .. import contract, progress, selftest
 
 DEBUG_ENV = "SGLANG_DIFFUSION_SKILL_DEBUG"
 
@@ -70,10 +70,13 @@ class Result:
 
 
 def json_flag_parent() -> argparse.ArgumentParser:
-    """A parent parser so ``--json`` is accepted before or after a subcommand."""
+    """A parent parser so ``--json`` and ``--quiet`` are accepted before or after a subcommand."""
     parent = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parent.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print exactly one JSON document on stdout (human text goes to stderr)")
+    parent.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress lines on stderr (each step over a few seconds announces itself and its "
+                        "time otherwise)")
     return parent
 
 
@@ -117,6 +120,7 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
     try:
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", False))
+        progress.set_quiet(bool(getattr(args, "quiet", False)))
         if args.self_test:
             doc = selftest.run_checks(tool, self_tests())
             result = Result(doc, selftest.render_text(doc))

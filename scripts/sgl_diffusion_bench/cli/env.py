@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import contract, engine_process, engine_python, env, gpu, selftest
+from .. import contract, engine_probe, engine_process, engine_python, env, gpu, selftest
 from . import _engine_args, _runner
 
 TOOL = "diffusion_skill_env"
@@ -26,7 +26,8 @@ def build_parser() -> _runner.Parser:
     p = sub.add_parser("inspect", parents=[parent], help="one env.v1 document: versions, GPUs, dirs, problems")
     _engine_args.add_engine_options(p)
     p.add_argument("--no-engine-check", action="store_true",
-                   help="skip importing the engine's generate entry point in a child process (10-40 s)")
+                   help="skip importing the engine's generate entry point in a child process (the engine "
+                   "probe's, shared with check_readiness through its cache; 10-40 s when not cached)")
     sub.add_parser("print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
     p = sub.add_parser("print-assets-dir", parents=[parent], help="<work root>/inputs/diffusion_benchmark/figs")
     p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
@@ -63,7 +64,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     if command == "inspect":
         doc = env.inspect(engine_python=engine_python.resolve(args.engine_python),
-                          check_engine=not args.no_engine_check)
+                          import_check=None if args.no_engine_check else engine_probe.import_check)
         return _runner.Result(doc, render_inspect(doc))
     if command == "print-root":
         root, _ = env.repo_root()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMON = {"--help", "--json", "--self-test"}  # every script has them; the reference says so once
+COMMON = {"--help", "--json", "--quiet", "--self-test"}  # every script has them; the reference says so once
 
 
 def render(cli_module: str) -> str:
