@@ -74,6 +74,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--rounds", type=_runner.bounded_int(1, campaign.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
     camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
     camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
+    for letter in ("a", "b"):
+        camp.add_argument(f"--arm-{letter}-override-flag", action="append", default=[], metavar="FLAG=VALUE",
+                          help=f"give an engine flag the preset sets another value in arm {letter.upper()} "
+                               "(--campaign ab; repeatable), e.g. dit-cpu-offload=true (the flag without its "
+                               "leading --)")
     camp.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=1.5, help="smallest change that counts (default 1.5)")
     camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms",
                       help="the metric the verdict is stated on")
@@ -186,6 +191,7 @@ def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilitie
     return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
                          bcg=args.breakable_cuda_graph,
                          arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
+                         arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
                          engine_qualities=list(caps.distinct_quality_levels) or None)
 
 
