@@ -31,6 +31,7 @@ import yaml
 
 from conftest import HF_TOKEN_CANARY, REPO, TEST_FIXTURES
 from sgl_diffusion_bench import doc_tables, engine_probe, gpu
+from sgl_diffusion_bench.cli import options_reference
 
 SKILL_DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md",
                                        "reference/presets.md", "reference/troubleshooting.md", "reference/options.md",
@@ -59,9 +60,7 @@ SHELL_VARS = {"PATH", "HOME", "?"}  # set by the shell or the user's session
 NOT_USER_COMMANDS = re.compile(r"\.\./shared|tests/|python3? -c|\bassert\b|\btest -[a-z] ")
 FIELD_REF = re.compile(r"`(?P<schema>[a-z][a-z0-9-]*\.v[0-9]+):(?P<path>[A-Za-z0-9_.\[\]-]+)`")
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
-CLI_MODULES = {"diffusion_skill_env": "env", "bench_diffusion_denoise": "bench", "compare_perf": "compare",
-               "render_bench_report": "report", "profile_diffusion": "profile", "analyze_trace": "trace",
-               "cleanup_model_cache": "cache", "collect_pr_evidence": "evidence"}
+CLI_MODULES = {name.removesuffix(".py"): module for name, module in options_reference.entry_points().items()}
 
 
 def blocks(doc: Path, lang: str = "bash"):
@@ -143,9 +142,33 @@ def test_the_options_reference_says_what_every_option_does():
 def test_generated_tables_match_the_data():
     stale = doc_tables.sync_docs(REPO, write=False)
     assert stale == {}, f"regenerate: PYTHONPATH=scripts python3 -m sgl_diffusion_bench.doc_tables --write ({stale})"
-    text = "".join(d.read_text() for d in SKILL_DOCS)
+    text = "".join(d.read_text() for d in DOCS)
     for name in doc_tables.RENDERERS:
         assert f"<!-- BEGIN GENERATED: {name} -->" in text, f"no generated block {name} in the docs"
+
+
+def test_every_script_is_in_the_readme_list_and_the_options_reference():
+    """Both lists come from scripts/*.py itself: a new script shows up in them, or the generated-tables check fails."""
+    scripts = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
+    assert len(scripts) >= 10 and sorted(options_reference.entry_points()) == scripts
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    listed = readme.split("<!-- BEGIN GENERATED: scripts -->\n")[1].split("<!-- END GENERATED: scripts -->")[0]
+    assert listed == options_reference.render_script_list() + "\n"
+    options = (REPO / "reference" / "options.md").read_text(encoding="utf-8")
+    for name, module in options_reference.entry_points().items():
+        assert f"| `{name}` |" in listed, f"README's script list lacks {name}"
+        section = options.split(f"\n## {name}\n", 1)
+        assert len(section) == 2, f"reference/options.md has no section ## {name}"
+        assert f"<!-- BEGIN GENERATED: options-{module} -->" in section[1].split("\n## ", 1)[0], \
+            f"reference/options.md's section {name} lacks its generated options-{module} table"
+
+
+def test_a_script_that_runs_no_cli_module_is_refused(tmp_path):
+    (tmp_path / "good.py").write_text("from sgl_diffusion_bench.cli.bench import main\n")
+    assert options_reference.entry_points(tmp_path) == {"good.py": "bench"}
+    (tmp_path / "stray.py").write_text("print('hello')\n")
+    with pytest.raises(ValueError, match="stray.py runs no"):
+        options_reference.entry_points(tmp_path)
 
 
 def _resolve(schema: dict, path: str, root: dict, schema_id: str) -> None:

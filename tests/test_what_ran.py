@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_main
+from conftest import TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import bench_runner, campaign, contract, engine_args, engine_probe, presets, report
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"
@@ -92,6 +92,48 @@ def test_a_flag_given_twice_is_refused_before_anything_runs(extra, flag, tmp_pat
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.duplicate_flag"
     assert flag in run.document["error"]["details"]["duplicates"]
     assert flag in run.document["error"]["hint"]
+
+
+def test_a_collision_names_the_arm_option_it_came_from_and_offers_the_override():
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "ab", "--rounds", "1",
+                     "--arm-b-args=--dit-cpu-offload true", *RECENT, "--dry-run", "--json")
+    error = run.document["error"]
+    assert run.returncode == 2 and error["code"] == "usage.duplicate_flag"
+    assert error["details"]["duplicates"] == {"--dit-cpu-offload": ["preset tiny-flux-gpu", "--arm-b-args"]}
+    assert "--arm-b-args" in error["message"] and "--extra-args" not in error["message"]
+    assert "--arm-b-override-flag dit-cpu-offload=VALUE" in error["hint"]
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--extra-args=--vae-cpu-offload true",
+                     *RECENT, "--dry-run", "--json")
+    assert run.returncode == 2 and "(by preset tiny-flux-gpu and --extra-args)" in run.document["error"]["message"]
+    assert "--arm-b-override-flag vae-cpu-offload=VALUE" in run.document["error"]["hint"]
+
+
+def test_an_arm_override_changes_the_presets_flag_in_that_arm_only():
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "ab", "--rounds", "1",
+                     "--arm-b-override-flag", "dit-cpu-offload=true", "--arm-a-override-flag=--pin-cpu-memory=true",
+                     *RECENT, "--dry-run", "--json")
+    assert run.returncode == 0, run.stderr
+    for r in run.document["runs"]:
+        argv = r["argv"]
+        assert argv.count("--dit-cpu-offload") == 1 and argv.count("--pin-cpu-memory") == 1  # replaced, not added
+        arm_b = "__b__" in r["run_id"]
+        assert argv[argv.index("--dit-cpu-offload") + 1] == ("true" if arm_b else "false")
+        assert argv[argv.index("--pin-cpu-memory") + 1] == ("false" if arm_b else "true")
+    arms = campaign.plan("ab", arm_b_overrides=["dit-cpu-offload=true"]).to_json()["arms"]  # as the report has them
+    assert arms["b"]["flag_overrides"] == ["--dit-cpu-offload=true"] and "replacing" in arms["b"]["description"]
+    assert "flag_overrides" not in arms["a"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--campaign", "ab", "--arm-b-override-flag", "attention-backend=fa"], "does not set --attention-backend"),
+    (["--campaign", "ab", "--arm-b-override-flag", "dit-cpu-offload"], "is not FLAG=VALUE"),
+    (["--campaign", "ab", "--arm-b-override-flag", "a=1", "--arm-b-override-flag=--a=2"], "names --a twice"),
+    (["--campaign", "aa", "--arm-b-override-flag", "dit-cpu-offload=true"], "only apply to --campaign ab")])
+def test_a_bad_arm_override_is_refused_naming_its_option(args, says):
+    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--rounds", "1", *args, *RECENT,
+                     "--dry-run", "--json")
+    assert run.returncode == 2 and says in run.document["error"]["message"], run.document
+    assert run.document["error"]["code"] in ("usage.bad_flag_override", "usage.arm_args_need_ab")
 
 
 def test_local_model_path_and_overrides_reach_the_command(tmp_path):

@@ -163,7 +163,8 @@ class CampaignRunner:
             breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
-            extra_args=(*self.settings.extra_args, *arm_flags, *port_args_for(self.engine)))
+            extra_args=(*self.settings.extra_args, *port_args_for(self.engine)), arm_args=tuple(arm_flags),
+            arm_flag_overrides=arm.flag_overrides, arm_options=arm.options)
         return command_builder.build_invocation(
             preset, options, self.engine, sglang_cli=self.cli_prefix,
             output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.caller_env,

@@ -6,7 +6,8 @@ Modes:
   time hits both arms alike).
 - ``aa``: the same configuration in both arms, in the same A/B/B/A order: the noise floor of this machine.
 - ``ab``: a generic A/B where each arm is a set of extra engine flags, A/B/B/A order; an arm's flag for a request
-  field (``--num-inference-steps``, ``--width``, ...) replaces the preset's value for that arm.
+  field (``--num-inference-steps``, ``--width``, ...) replaces the preset's value for that arm, and an arm's
+  ``FLAG=VALUE`` override (``--arm-b-override-flag``) replaces the value of an engine flag the preset sets.
 - ``matrix``: for each quality the engine offers, eager against BCG in A/B/B/A rounds (``--rounds 1`` gives the
   reference's 12 rows on a three-quality engine); the summary compares the first quality's pair, every cell keeps
   its arm so the report shows all of them.
@@ -15,6 +16,7 @@ Modes:
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Sequence
 
 from . import contract, engine_args
@@ -33,10 +35,37 @@ class Arm:
     extra_args: tuple[str, ...] = ()
     quality: str | None = None
     bcg: bool = False
+    flag_overrides: tuple[tuple[str, str], ...] = ()  # (flag, value): the preset's flag takes this value in this arm
 
     def to_json(self) -> dict[str, Any]:
-        return {"letter": self.letter, "description": self.description, "extra_args": list(self.extra_args),
-                "quality": self.quality, "bcg": self.bcg}
+        doc = {"letter": self.letter, "description": self.description, "extra_args": list(self.extra_args),
+               "quality": self.quality, "bcg": self.bcg}
+        if self.flag_overrides:
+            doc["flag_overrides"] = [f"{flag}={value}" for flag, value in self.flag_overrides]
+        return doc
+
+    @property
+    def options(self) -> tuple[str, str]:
+        """The command-line options this arm's flags and overrides came from, for messages that name them."""
+        letter = (self.letter or "b").lower()
+        return f"--arm-{letter}-args", f"--arm-{letter}-override-flag"
+
+
+def parse_flag_overrides(items: Sequence[str], option: str) -> tuple[tuple[str, str], ...]:
+    """``FLAG=VALUE`` items (the flag with or without its leading ``--``: argparse reads a value that starts with
+    ``--`` as an option) as (``--flag``, value) pairs; a UsageError naming ``option`` for anything else."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        flag = "--" + name.removeprefix("--")
+        if not (eq and value and re.fullmatch(r"--[A-Za-z0-9][A-Za-z0-9_.-]*", flag)):
+            raise contract.UsageError("usage.bad_flag_override", f"{option} {item!r} is not FLAG=VALUE",
+                                      f"e.g. {option} dit-cpu-offload=true")
+        if flag in pairs:
+            raise contract.UsageError("usage.bad_flag_override", f"{option} names {flag} twice",
+                                      "give each flag once")
+        pairs[flag] = value
+    return tuple(pairs.items())
 
 
 def arm_request_fields(arm_args: Sequence[str], fields: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -88,6 +117,10 @@ class Campaign:
                           if s.round is not None and s.sample in (None, 1)]}
 
 
+def _arm_words(args: Sequence[str], overrides: Sequence[tuple[str, str]]) -> str:
+    return " ".join([*args, *(f"{flag}={value} (replacing the preset's)" for flag, value in overrides)])
+
+
 def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 1, samples: int = 1) -> list[Slot]:
     """A1 B1 B2 A2 per round; with ``samples`` > 1 each position takes that many measured requests in a row."""
     slots = []
@@ -101,6 +134,7 @@ def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 
 
 def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None, bcg: bool = False,
          arm_a_args: Sequence[str] = (), arm_b_args: Sequence[str] = (),
+         arm_a_overrides: Sequence[str] = (), arm_b_overrides: Sequence[str] = (),
          engine_qualities: Sequence[str] | None = None, samples: int = 1) -> Campaign:
     """The campaign for ``mode``; a UsageError when the mode's inputs do not fit it."""
     if samples < 1:
@@ -111,8 +145,9 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
     if not 1 <= rounds <= MAX_ROUNDS:
         raise contract.UsageError("usage.bad_rounds", f"--rounds must be 1..{MAX_ROUNDS}, got {rounds}",
                                   "use --rounds 2")
-    if mode != "ab" and (arm_a_args or arm_b_args):
-        raise contract.UsageError("usage.arm_args_need_ab", "--arm-a-args/--arm-b-args only apply to --campaign ab",
+    if mode != "ab" and (arm_a_args or arm_b_args or arm_a_overrides or arm_b_overrides):
+        raise contract.UsageError("usage.arm_args_need_ab", "--arm-a-args/--arm-b-args and "
+                                  "--arm-a-override-flag/--arm-b-override-flag only apply to --campaign ab",
                                   "add --campaign ab")
     if mode == "single":
         arm = Arm("run", None, "one run" + (" with BCG" if bcg else ""), quality=quality, bcg=bcg)
@@ -129,11 +164,15 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
         return Campaign(mode, {"a": a, "a-again": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "a",
                         "a-again", samples)
     if mode == "ab":
-        if not arm_b_args and not arm_a_args:
-            raise contract.UsageError("usage.ab_needs_arms", "--campaign ab needs --arm-b-args (and optionally "
-                                      "--arm-a-args)", "e.g. --arm-b-args='--attention-backend fa'")
-        a = Arm("a", "A", "baseline: " + (" ".join(arm_a_args) or "preset as is"), tuple(arm_a_args), quality, bcg)
-        b = Arm("b", "B", "candidate: " + " ".join(arm_b_args), tuple(arm_b_args), quality, bcg)
+        if not (arm_b_args or arm_a_args or arm_a_overrides or arm_b_overrides):
+            raise contract.UsageError("usage.ab_needs_arms", "--campaign ab needs --arm-b-args or "
+                                      "--arm-b-override-flag (and optionally the same for arm A)",
+                                      "e.g. --arm-b-args='--attention-backend fa'")
+        a_over = parse_flag_overrides(arm_a_overrides, "--arm-a-override-flag")
+        b_over = parse_flag_overrides(arm_b_overrides, "--arm-b-override-flag")
+        a = Arm("a", "A", "baseline: " + (_arm_words(arm_a_args, a_over) or "preset as is"), tuple(arm_a_args),
+                quality, bcg, a_over)
+        b = Arm("b", "B", "candidate: " + _arm_words(arm_b_args, b_over), tuple(arm_b_args), quality, bcg, b_over)
         return Campaign(mode, {"a": a, "b": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "a", "b", samples)
     # matrix: every quality the engine offers; the engine decides, not a hard-coded list
     if not engine_qualities:

@@ -80,6 +80,9 @@ class RunOptions:
     bcg_text_buckets: tuple[int, ...] = ()
     torch_compile: bool = False
     extra_args: tuple[str, ...] = ()
+    arm_args: tuple[str, ...] = ()  # this arm's own flags (--arm-a-args/--arm-b-args), after extra_args
+    arm_flag_overrides: tuple[tuple[str, str], ...] = ()  # (flag, value): replaces the preset's value of flag
+    arm_options: tuple[str, str] = ("--arm-b-args", "--arm-b-override-flag")  # where arm_args/overrides came from
     save_output: bool = True
 
     def validate(self) -> None:
@@ -246,16 +249,40 @@ def _refuse_missing(missing: list[str], engine: EngineCapabilities, where: str) 
         "; ".join(hints), details={"missing_flags": missing, "engine_version": engine.version})
 
 
-def _refuse_duplicates(built: Sequence[str], extra: Sequence[str]) -> None:
-    """A flag given twice would reach the engine twice and the later one would silently win: refuse instead."""
-    duplicates = engine_args.duplicate_flags([("the preset/tool", built), ("--extra-args", extra)])
+def _refuse_duplicates(preset: Preset, preset_args: Sequence[str], tool_args: Sequence[str],
+                       options: RunOptions) -> None:
+    """A flag given twice would reach the engine twice and the later one would silently win: refuse instead,
+    naming the option each copy came from and, for a preset's flag, the option that changes it for one arm."""
+    by_preset = f"preset {preset.name}"
+    duplicates = engine_args.duplicate_flags([(by_preset, preset_args), ("the tool", tool_args),
+                                              ("--extra-args", options.extra_args),
+                                              (options.arm_options[0], options.arm_args)])
     if duplicates:
         flags = sorted(duplicates)
+        preset_hint = ("the preset sets it; change its value for this arm with " + options.arm_options[1]
+                       + " {name}=VALUE" if options.arm_args else "the preset sets it; change its value for one arm "
+                       "with --campaign ab --arm-b-override-flag {name}=VALUE (or --arm-a-override-flag)")
         raise contract.UsageError(
             "usage.duplicate_flag", "flag(s) given more than once: " + "; ".join(
                 f"{f} (by {' and '.join(dict.fromkeys(duplicates[f]))})" for f in flags),
-            "; ".join(f"{f}: {DUPLICATE_FLAG_HINTS.get(f, 'give it once')}" for f in flags),
+            "; ".join(f"{f}: " + DUPLICATE_FLAG_HINTS.get(
+                f, preset_hint.format(name=f[2:]) if by_preset in duplicates[f] else "give it once") for f in flags),
             details={"duplicates": duplicates})
+
+
+def _preset_args(preset: Preset, overrides: Sequence[tuple[str, str]], option: str) -> tuple[str, ...]:
+    """The preset's engine flags with an arm's ``FLAG=VALUE`` overrides in place of the preset's values; a flag the
+    preset does not set is refused (it is added with the arm's args, not overridden)."""
+    wanted = dict(overrides)
+    split = engine_args.split_flags(preset.extra_args)
+    absent = sorted(set(wanted) - {flag for flag, _, _ in split})
+    if absent:
+        raise contract.UsageError(
+            "usage.bad_flag_override", f"{option}: preset {preset.name} does not set {', '.join(absent)}",
+            f"add a flag the preset does not set with {option.replace('-override-flag', '-args')}; {option} "
+            f"changes one it sets ({', '.join(flag for flag, _, _ in split) or 'it sets none'})")
+    return tuple(token for flag, _, tokens in split
+                 for token in ([flag, wanted[flag]] if flag in wanted else tokens))
 
 
 def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabilities, *,
@@ -303,8 +330,10 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     argv += preset.shape_args()
     if preset.num_gpus > 1:
         argv.append(f"--num-gpus={preset.num_gpus}")
-    argv += preset.extra_args
-    preset_flags = {flag_of(t) for t in preset.extra_args}
+    preset_start = len(argv)
+    preset_args = _preset_args(preset, options.arm_flag_overrides, options.arm_options[1])
+    argv += preset_args
+    preset_flags = {flag_of(t) for t in preset_args}
 
     if engine.quality_values is None:
         if options.quality is not None:
@@ -365,8 +394,9 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
             argv.append("--enable-torch-compile")
     argv += ["--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name",
              output_file_stem(rid)]
-    _refuse_duplicates(argv[len(sglang_cli):len(argv) - len(options.extra_args)], options.extra_args)
-    argv += options.extra_args
+    preset_end = preset_start + len(preset_args)
+    _refuse_duplicates(preset, preset_args, argv[len(sglang_cli):preset_start] + argv[preset_end:], options)
+    argv += [*options.extra_args, *options.arm_args]
 
     engine_argv = argv[len(sglang_cli):]
     missing, model_dependent = [], []
@@ -390,7 +420,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
                           + (f" ({passed} -> {engine.canonical_quality(passed)})"
                              if passed != engine.canonical_quality(passed) else "")}
     if engine.version and "--performance-mode" not in engine.flags and "--dit-cpu-offload" not in preset_flags \
-            and "--dit-cpu-offload" not in {flag_of(t) for t in options.extra_args}:
+            and "--dit-cpu-offload" not in {flag_of(t) for t in (*options.extra_args, *options.arm_args)}:
         warnings.append(("engine.offload_autofill", f"{engine.label} fills unset offload flags itself (DiT and "
                          "text-encoder CPU offload on); the numbers include offload traffic unless you pass "
                          "--extra-args='--dit-cpu-offload false --text-encoder-cpu-offload false'"))

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode, engine_probe,
-               env, gpu, model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
-               warm_campaign)
+               env, gpu, model_access, model_cache, nightly, presets, readiness, report, selftest,
+               sequential, warm_campaign)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -73,6 +73,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--rounds", type=_runner.bounded_int(1, campaign.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
     camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
     camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
+    for arm in "AB":  # e.g. dit-cpu-offload=true: the flag without its leading --
+        camp.add_argument(f"--arm-{arm.lower()}-override-flag", action="append", default=[], metavar="FLAG=VALUE",
+                          help=f"give a preset's engine flag another value in arm {arm} (--campaign ab; repeatable)")
     camp.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=1.5, help="smallest change that counts (default 1.5)")
     camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms",
                       help="the metric the verdict is stated on")
@@ -187,6 +190,7 @@ def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilitie
     return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
                          bcg=args.breakable_cuda_graph,
                          arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
+                         arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
                          engine_qualities=list(caps.distinct_quality_levels) or None)
 
 
@@ -317,29 +321,6 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
     return _runner.Result(doc, text, exit_code=1 if failed else 0)
 
 
-def render_report_text(doc: dict[str, Any]) -> str:
-    lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
-             f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
-    lines += [f"engine {c['mode']}: {c['reason']}" for c in [doc["engines"].get("choice")] if c]
-    for cell in doc["cells"]:
-        perf = cell["perf"] or {}
-        lines.append(f"  #{cell['index']} {cell['arm']} {cell['position'] or ''} {cell['status']}"
-                     + (f" e2e {perf['e2e_ms']:.1f} ms" if perf.get("e2e_ms") is not None else "")
-                     + (f" — {cell['reasons'][0]}" if cell["reasons"] else ""))
-    comparison = doc["summary"]["comparison"]
-    if comparison:
-        lines.append(f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})")
-        lines += perf_compare.render_noise_floor(comparison["metrics"][comparison["primary_metric"]])
-        if comparison.get("next_step"):
-            lines.append(f"next step: {comparison['next_step']}")
-    host = doc["summary"].get("host_contention")
-    if host and host["contended_cells"]:
-        lines.append(f"host: {host['note']}")
-    for key, path in (doc.get("artifacts") or {}).items():
-        lines.append(f"{key}: {path}")
-    return "\n".join(lines)
-
-
 def _run(args: argparse.Namespace) -> _runner.Result:
     caps = engine_capabilities(args)
     runners = []
@@ -353,14 +334,14 @@ def _run(args: argparse.Namespace) -> _runner.Result:
                                    lambda preset: presets.model_location(preset, args.model_path, build=True))
     docs = outcome.documents
     if outcome.interrupted:
-        return _runner.Result(docs[-1], render_report_text(docs[-1]) + "\ninterrupted: the partial report above is "
+        return _runner.Result(docs[-1], report.render_campaign_text(docs[-1]) + "\ninterrupted: the partial report above is "
                               "valid", exit_code=int(contract.ExitCode.INTERRUPTED))
     if len(docs) == 1:
-        return _runner.Result(docs[0], render_report_text(docs[0]))
+        return _runner.Result(docs[0], report.render_campaign_text(docs[0]))
     suite = contract.envelope("bench-suite.v1", TOOL, ok=all(d["ok"] for d in docs), reports=[
         {"preset": d["campaign"]["preset"], "ok": d["ok"], "path": d["plan"]["report_path"],
          "statuses": [c["status"] for c in d["cells"]]} for d in docs])
-    return _runner.Result(suite, "\n\n".join(render_report_text(d) for d in docs))
+    return _runner.Result(suite, "\n\n".join(report.render_campaign_text(d) for d in docs))
 
 
 def _bcg_replay(args: argparse.Namespace) -> _runner.Result:

@@ -1,15 +1,52 @@
 """reference/options.md's tables, rendered from the scripts' own argparse parsers, so the reference lists exactly
 what each script accepts, with the defaults and help text that ``--help`` prints.
 
-``doc_tables`` names ``render:<cli module>`` for each script's block; every parser is built here, nothing is run.
+``doc_tables`` names ``render:<cli module>`` for each script in ``scripts/`` (``entry_points``), so a new script
+gets a block or the doc check fails; every parser is built here, nothing is run.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import re
+from pathlib import Path
+
+from ..paths import CHECKOUT_ROOT
 
 COMMON = {"--help", "--json", "--quiet", "--self-test"}  # every script has them; the reference says so once
+SCRIPTS_DIR = CHECKOUT_ROOT / "scripts"
+RUNS_CLI = re.compile(r"\bsgl_diffusion_bench\.cli\.(?P<module>[a-z_]+) import main\b")
+
+
+def entry_points(scripts_dir: Path = SCRIPTS_DIR) -> dict[str, str]:
+    """Each script in ``scripts/`` (its file name) and the cli module whose ``main`` it runs, read from the script
+    itself: the docs list what is there, not what someone remembered to add."""
+    found = {}
+    for script in sorted(scripts_dir.glob("*.py")):
+        modules = set(RUNS_CLI.findall(script.read_text(encoding="utf-8")))
+        if len(modules) != 1:
+            raise ValueError(f"{script.name} runs {sorted(modules) or 'no'} sgl_diffusion_bench.cli module(s); "
+                             "each script runs exactly one cli module's main")
+        found[script.name] = modules.pop()
+    return found
+
+
+def render_script_list() -> str:
+    """README's list of scripts: each one's docstring, and a link to its options."""
+    rows = [f"| `{name}` | {_cell(_summary(SCRIPTS_DIR / name))} | [options](reference/options.md#{_anchor(name)}) |"
+            for name in entry_points()]
+    return "| script | what it does | |\n|---|---|---|\n" + "\n".join(rows)
+
+
+def _summary(script: Path) -> str:
+    return (ast.get_docstring(ast.parse(script.read_text(encoding="utf-8"))) or "").split("\n\n")[0]
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def render(cli_module: str) -> str:
