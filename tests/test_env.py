@@ -234,3 +234,19 @@ def test_dist_version_matches_the_installed_metadata_and_is_none_when_absent():
     assert env.dist_version("jsonschema") == importlib.metadata.version("jsonschema")
     assert env.dist_version("no-such-distribution-here") is None
     assert env.sglang_location() is not env.sglang_location()  # callers get copies of the one lookup
+
+
+def test_inspect_is_not_ok_when_a_problem_is_an_error(tmp_path):
+    """Issue 26: inspect said ok: true while listing a problem of severity error. An engine interpreter without
+    sglang (a bare venv) is one: sglang.missing."""
+    import venv
+
+    venv.create(tmp_path / "bare", with_pip=False)
+    run = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
+                     "--no-engine-check", "--json", env={env.WORKDIR_ENV: str(tmp_path / "work")})
+    errors = [p["code"] for p in run.document["problems"] if p["severity"] == "error"]
+    assert "sglang.missing" in errors
+    assert run.document["ok"] is False and run.returncode == 3
+    human = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
+                       "--no-engine-check", env={env.WORKDIR_ENV: str(tmp_path / "work")})
+    assert human.returncode == 3 and "not ready" in human.stdout + human.stderr

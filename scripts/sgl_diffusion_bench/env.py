@@ -237,6 +237,7 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
     if check_engine and location["installed"]:
         doc["sglang"]["engine_check"] = engine_check(engine_python or sys.executable)
     doc["problems"] = find_problems(doc, torch)
+    doc["ok"] = not any(p["severity"] == "error" for p in doc["problems"])  # an error is something to fix first
     return doc
 
 
