@@ -72,16 +72,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                       help="single (default); abba: eager vs BCG as A1 B1 B2 A2 rounds; aa: the same config twice "
                            "(noise floor); ab: --arm-a-args vs --arm-b-args; matrix: same as --quality-bcg-matrix")
     camp.add_argument("--rounds", type=_runner.bounded_int(1, campaign.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
-    camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
-    camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
-    for letter in ("a", "b"):
-        camp.add_argument(f"--arm-{letter}-override-flag", action="append", default=[], metavar="FLAG=VALUE",
-                          help=f"give an engine flag the preset sets another value in arm {letter.upper()} "
-                               "(--campaign ab; repeatable), e.g. dit-cpu-offload=true (the flag without its "
-                               "leading --)")
+    for arm in ("a", "b"):
+        camp.add_argument(f"--arm-{arm}-args", default="", help=f"extra engine flags of arm {arm.upper()} (--campaign ab), one string")
+        camp.add_argument(f"--arm-{arm}-override-flag", action="append", default=[], metavar="FLAG=VALUE", help=f"another value in arm {arm.upper()} for an engine flag the preset sets (--campaign ab; repeatable), e.g. dit-cpu-offload=true (no leading --)")
     camp.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=1.5, help="smallest change that counts (default 1.5)")
-    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms",
-                      help="the metric the verdict is stated on")
+    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms", help="the metric the verdict is stated on")
     camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from "
                       "the statistics; they stay in the report, listed as discarded")
     camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
@@ -190,8 +185,7 @@ def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilitie
     rounds = args.budget_rounds if args.until_verdict else args.rounds
     return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
                          bcg=args.breakable_cuda_graph,
-                         arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
-                         arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
+                         arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args), arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
                          engine_qualities=list(caps.distinct_quality_levels) or None)
 
 
