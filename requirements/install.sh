@@ -27,7 +27,10 @@ fi
 uv=$(command -v uv || true)
 if [[ -z $uv ]]; then
   boot=$here/../.cache/uv-bootstrap
-  if [[ ! -x $boot/bin/uv ]] && ! PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv >&2; then
+  # pip's own notes about this machine's pip config (e.g. "Location 'file:///...' is ignored" for an extra index
+  # that has no uv) say nothing about the install: shown only when the bootstrap fails
+  if [[ ! -x $boot/bin/uv ]] && ! boot_log=$(PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv 2>&1); then
+    printf '%s\n' "$boot_log" >&2
     echo "install.sh: could not install uv; using pip (slower)" >&2
   fi
   [[ -x $boot/bin/uv ]] && uv=$boot/bin/uv

@@ -120,9 +120,15 @@ def test_problems_name_next_steps_for_gpu_states():
     assert all(p["hint"] for p in doc["problems"])
 
 
+def _inspect_exit_matches(run) -> bool:
+    """inspect exits 3 exactly when a problem has severity error (an engine missing in the check lane, say)."""
+    errors = [p for p in run.document["problems"] if p["severity"] == "error"]
+    return run.document["ok"] is (not errors) and run.returncode == (3 if errors else 0)
+
+
 def test_inspect_cli_validates_and_reports_token_presence_only():
     run = run_script("diffusion_skill_env", "inspect", "--json")
-    assert run.returncode == 0
+    assert _inspect_exit_matches(run)
     doc = run.document
     assert doc["huggingface"]["token_present"] is True
     assert doc["huggingface"]["token_vars_set"] == ["HF_TOKEN"]
@@ -136,7 +142,7 @@ def test_inspect_accepts_every_token_variable_huggingface_hub_reads():
 
     run = run_script("diffusion_skill_env", "inspect", "--json",
                      env={**os.environ, "HUGGING_FACE_HUB_TOKEN": HF_TOKEN_CANARY})
-    assert run.returncode == 0 and "HUGGING_FACE_HUB_TOKEN" in run.document["huggingface"]["token_vars_set"]
+    assert _inspect_exit_matches(run) and "HUGGING_FACE_HUB_TOKEN" in run.document["huggingface"]["token_vars_set"]
     assert HF_TOKEN_CANARY[:8] not in run.stdout + run.stderr
 
 
@@ -146,7 +152,7 @@ def test_inspect_accepts_every_token_variable_huggingface_hub_reads():
 ])
 def test_every_subcommand_runs_without_leaking_the_token(args, tmp_path):
     run = run_script("diffusion_skill_env", *args, env={env.WORKDIR_ENV: str(tmp_path)})
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == (3 if args == ["inspect"] and "not ready" in run.stdout + run.stderr else 0), run.stderr
     if "--json" in args and args[0] != "check-write-access":
         assert run.document["path"].startswith(str(tmp_path))
 
@@ -234,3 +240,19 @@ def test_dist_version_matches_the_installed_metadata_and_is_none_when_absent():
     assert env.dist_version("jsonschema") == importlib.metadata.version("jsonschema")
     assert env.dist_version("no-such-distribution-here") is None
     assert env.sglang_location() is not env.sglang_location()  # callers get copies of the one lookup
+
+
+def test_inspect_is_not_ok_when_a_problem_is_an_error(tmp_path):
+    """Issue 26: inspect said ok: true while listing a problem of severity error. An engine interpreter without
+    sglang (a bare venv) is one: sglang.missing."""
+    import venv
+
+    venv.create(tmp_path / "bare", with_pip=False)
+    run = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
+                     "--no-engine-check", "--json", env={env.WORKDIR_ENV: str(tmp_path / "work")})
+    errors = [p["code"] for p in run.document["problems"] if p["severity"] == "error"]
+    assert "sglang.missing" in errors
+    assert run.document["ok"] is False and run.returncode == 3
+    human = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
+                       "--no-engine-check", env={env.WORKDIR_ENV: str(tmp_path / "work")})
+    assert human.returncode == 3 and "not ready" in human.stdout + human.stderr

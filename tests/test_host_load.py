@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from sgl_diffusion_bench import host_load, report
+from sgl_diffusion_bench import engine_process, host_load, report
 from sgl_diffusion_bench.cell import Cell
 
 
@@ -78,3 +78,22 @@ def test_a_sample_at_the_end_leaves_the_winding_down_engine_group_out_but_not_ot
         for spinner in (engine, foreign):
             spinner.kill()
             spinner.wait(timeout=10)
+
+
+def test_contention_says_whether_the_busy_process_is_this_runs_engine_or_another():
+    """Issue 26: a contended cell named `sgl_diffusion::scheduler (pid ...)` without saying whose it was. A process
+    in the group of an engine this run started (spawn_group) is this run's engine; anything else is another process."""
+    engine = engine_process.spawn_group([sys.executable, "-c", "while True: pass"])
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = host_load.sample(window_s=0.6, busy_pct=5.0)
+    finally:
+        for spinner in (engine, other):
+            spinner.kill()
+            spinner.wait(timeout=10)
+    by_pid = {p["pid"]: p for p in busy["busy_processes"]}
+    assert by_pid[engine.pid]["own"] is True and by_pid[other.pid]["own"] is False, busy
+    text = host_load.reason(busy, None)
+    assert f"this run's engine ({by_pid[engine.pid]['name']}, pid {engine.pid}, " in text
+    assert f"another process: {by_pid[other.pid]['name']}, pid {other.pid}, " in text

@@ -173,7 +173,7 @@ def test_compare_of_a_contended_cpu_pair_withholds_its_verdict(tmp_path):
     for side in ("a", "b"):
         record = doc["host_load"][side]
         assert record["recorded"] is True and record["contended"] is True
-        assert record["source"].endswith(".host-load.json") and "busy processes" in record["reason"]
+        assert record["source"].endswith(".host-load.json") and "another process:" in record["reason"]
     assert "pid 12042" in doc["verdict"]["reason"] and "pid 14274" in doc["verdict"]["reason"]
     assert md.read_text().startswith("**Verdict withheld (host contended)**")
     metrics = {m["key"]: m for m in doc["metrics"]}

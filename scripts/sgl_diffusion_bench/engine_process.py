@@ -95,9 +95,14 @@ def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None]:
     return arm
 
 
+SPAWNED_GROUPS: set[int] = set()  # process groups of the engines this process started (host_load names them ours)
+
+
 def spawn_group(argv: list[str], **popen_kwargs) -> subprocess.Popen:
     """Popen in its own session/process group that dies with us (see die_with_parent)."""
-    return subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent(), **popen_kwargs)
+    process = subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent(), **popen_kwargs)
+    SPAWNED_GROUPS.add(process.pid)  # a new session: its group id is its pid, kept by workers it forks
+    return process
 
 
 def run_tied(argv: list[str], env: dict[str, str], stdout=None) -> int:

@@ -238,6 +238,7 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
     if import_check is not None and location["installed"]:
         doc["sglang"]["engine_check"] = engine_check(engine_python or sys.executable, import_check)
     doc["problems"] = find_problems(doc, torch)
+    doc["ok"] = not any(p["severity"] == "error" for p in doc["problems"])  # an error is something to fix first
     return doc
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import psutil
 
+from . import engine_process
 from .cell import Cell
 
 SAMPLE_S = 0.1  # 10 clock ticks per core: enough to tell a busy process (>= BUSY_PCT) from an idle one
@@ -52,13 +53,17 @@ def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_p
 def _prime(exclude: Iterable[int], window_s: float, busy_pct: float,
            exclude_group: int | None = None) -> Callable[[], dict[str, Any]]:
     excluded = {os.getpid(), *exclude}
+    ours: set[int] = set()
     procs = []
     for proc in psutil.process_iter(["pid", "name"]):
         if proc.pid in excluded:
             continue
         try:
-            if exclude_group is not None and os.getpgid(proc.pid) == exclude_group:
+            group = os.getpgid(proc.pid)
+            if exclude_group is not None and group == exclude_group:
                 continue
+            if group in engine_process.SPAWNED_GROUPS:  # an engine of this run, or its worker outliving it
+                ours.add(proc.pid)
             proc.cpu_percent(None)  # prime: the next call measures the window
             procs.append(proc)
         except (psutil.Error, ProcessLookupError):  # gone since it was listed
@@ -76,7 +81,8 @@ def _prime(exclude: Iterable[int], window_s: float, busy_pct: float,
             except psutil.Error:
                 continue
             if pct >= busy_pct:
-                busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "cpu_percent": round(pct, 1)})
+                busy.append({"pid": proc.pid, "name": proc.info.get("name") or "?", "cpu_percent": round(pct, 1),
+                             "own": proc.pid in ours})
         busy.sort(key=lambda p: -p["cpu_percent"])
         load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         return {"load_avg_1m": None if load1 is None else round(load1, 2), "cpu_count": psutil.cpu_count() or 1,
@@ -92,11 +98,20 @@ def contended(before: dict[str, Any] | None, after: dict[str, Any] | None) -> bo
 
 def reason(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
     named = {p["pid"]: p for s in (before, after) if s for p in s["busy_processes"]}
-    listed = ", ".join(f"{p['name']} (pid {p['pid']}, {p['cpu_percent']:.0f}% of a core)" for p in named.values())
+    listed = "; ".join(describe(p) for p in named.values())
     load = [s["load_avg_1m"] for s in (before, after) if s and s["load_avg_1m"] is not None]
     cores = (before or after or {}).get("cpu_count")
-    return (f"host.contended: other busy processes at the cell boundaries: {listed}"
+    return (f"host.contended: busy at the cell boundaries: {listed}"
             + (f"; load {'/'.join(f'{v:g}' for v in load)} on {cores} cores" if load else ""))
+
+
+def describe(process: dict[str, Any]) -> str:
+    """Whose process it is, in words: an engine this run started (a worker left from an earlier cell, say) or
+    another process on the host."""
+    figures = f"pid {process['pid']}, {process['cpu_percent']:.0f}% of a core"
+    if process.get("own"):
+        return f"this run's engine ({process['name']}, {figures})"
+    return f"another process: {process['name']}, {figures}"
 
 
 def gate(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -77,8 +77,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         camp.add_argument(f"--arm-{arm.lower()}-override-flag", action="append", default=[], metavar="FLAG=VALUE",
                           help=f"give a preset's engine flag another value in arm {arm} (--campaign ab; repeatable)")
     camp.add_argument("--threshold-pct", type=_runner.bounded_float(0, 100, low_open=True), default=1.5, help="smallest change that counts (default 1.5)")
-    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms",
-                      help="the metric the verdict is stated on")
+    camp.add_argument("--primary-metric", choices=("e2e_ms", "denoise_ms"), default="e2e_ms", help="the metric the verdict is stated on")
     camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from "
                       "the statistics; they stay in the report, listed as discarded")
     camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
@@ -189,8 +188,7 @@ def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilitie
     rounds = args.budget_rounds if args.until_verdict else args.rounds
     return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
                          bcg=args.breakable_cuda_graph,
-                         arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args),
-                         arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
+                         arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args), arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
                          engine_qualities=list(caps.distinct_quality_levels) or None)
 
 

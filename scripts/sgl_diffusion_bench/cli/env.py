@@ -65,7 +65,8 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if command == "inspect":
         doc = env.inspect(engine_python=engine_python.resolve(args.engine_python),
                           import_check=None if args.no_engine_check else engine_probe.import_check)
-        return _runner.Result(doc, render_inspect(doc))
+        return _runner.Result(doc, render_inspect(doc),
+                              exit_code=0 if doc["ok"] else int(contract.ExitCode.PRECONDITION))
     if command == "print-root":
         root, _ = env.repo_root()
         return _path_result("root", root if root is not None else env.work_root()[0])
@@ -119,6 +120,8 @@ def render_inspect(doc: dict) -> str:
                      f"{len(g['processes'])} process(es)")
     for p in doc["problems"]:
         lines.append(f"problem [{p['severity']}] {p['code']}: {p['message']} -> {p['hint']}")
+    if not doc["ok"]:
+        lines.append("not ready: fix the problem(s) of severity error above first")
     return "\n".join(lines)
 
 
