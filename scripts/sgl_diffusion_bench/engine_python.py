@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import contract
+from . import bench_env, contract
 
-ENV_VAR = "DIFFUSION_BENCH_ENGINE_PYTHON"
+ENV_VAR = bench_env.ENGINE_PYTHON
 QUERY_TIMEOUT_S = 60
 # Import name -> distribution to install, where they differ (the modules a broken engine install misses most).
 MODULE_DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "imageio_ffmpeg": "imageio-ffmpeg",
@@ -49,7 +49,7 @@ print({_MARK!r} + json.dumps({{"executable": sys.executable, "python_version": s
 def resolve(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The engine interpreter: ``--engine-python``, else $DIFFUSION_BENCH_ENGINE_PYTHON, else this one."""
     environ = os.environ if environ is None else environ
-    value = cli_value or environ.get(ENV_VAR) or ""
+    value = cli_value or bench_env.get(ENV_VAR, environ) or ""
     if not value:
         return sys.executable
     path = Path(value).expanduser()
