@@ -252,6 +252,8 @@ def _writable(path: Path) -> bool:
 
 def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, str]]:
     """Findings an agent must act on before a GPU benchmark; each names its next step."""
+    from . import engine_python
+
     problems: list[dict[str, str]] = []
 
     def add(code: str, severity: str, message: str, hint: str) -> None:
@@ -267,6 +269,10 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
         add("sglang.import_failed", "error", f"importing {imported['module']} with {check['python']} failed: "
             f"{imported['error']}", install_hint(imported["missing_module"], check["python"],
                                                  doc["sglang"]["version"]))
+    stale = engine_python.stale_shebang(check["python"]) if check else None
+    if stale:
+        add("sglang.stale_shebang", "warning", stale, "nothing to do for the benchmark (it runs the script with that "
+            "interpreter); reinstall sglang there, or recreate the environment, to run `sglang` by hand")
     if check and check["torch_requirement"] and not check["torch_requirement"]["met"]:
         pin = check["torch_requirement"]
         add("sglang.torch_pin_unmet", "warning", f"sglang {doc['sglang']['version']} declares {pin['declared']}; "
