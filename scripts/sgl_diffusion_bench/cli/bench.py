@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from . import _engine_args
-from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode, engine_probe,
-               env, gpu, model_access, model_cache, nightly, perf_compare, presets, readiness, selftest, sequential,
-               warm_campaign)
+from .. import (assets, bench_runner, campaign, campaign_session, cell, command_builder, contract, engine_mode,
+               engine_probe, env, gpu, model_access, model_cache, nightly, perf_compare, presets, readiness, selftest,
+               sequential, warm_campaign)
 from . import _runner
-from ..cell import Cell
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
 DEFAULT_PRESET = "flux"  # the reference's default when neither --model nor --all is given
@@ -322,11 +321,11 @@ def render_report_text(doc: dict[str, Any]) -> str:
     lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
              f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
     lines += [f"engine {c['mode']}: {c['reason']}" for c in [doc["engines"].get("choice")] if c]
-    for cell in map(Cell.from_json, doc["cells"]):
-        e2e_ms = cell.metric("e2e_ms")
-        lines.append(f"  #{cell.index} {cell.arm} {cell.position or ''} {cell.status}"
+    for one in map(cell.Cell.from_json, doc["cells"]):
+        e2e_ms = one.metric("e2e_ms")
+        lines.append(f"  #{one.index} {one.arm} {one.position or ''} {one.status}"
                      + (f" e2e {e2e_ms:.1f} ms" if e2e_ms is not None else "")
-                     + (f" — {cell.reasons[0]}" if cell.reasons else ""))
+                     + (f" — {one.reasons[0]}" if one.reasons else ""))
     comparison = doc["summary"]["comparison"]
     if comparison:
         lines.append(f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})")
@@ -360,7 +359,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
         return _runner.Result(docs[0], render_report_text(docs[0]))
     suite = contract.envelope("bench-suite.v1", TOOL, ok=all(d["ok"] for d in docs), reports=[
         {"preset": d["campaign"]["preset"], "ok": d["ok"], "path": d["plan"]["report_path"],
-         "statuses": [Cell.from_json(c).status for c in d["cells"]]} for d in docs])
+         "statuses": [cell.Cell.from_json(c).status for c in d["cells"]]} for d in docs])
     return _runner.Result(suite, "\n\n".join(render_report_text(d) for d in docs))
 
 
