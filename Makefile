@@ -44,7 +44,7 @@ selftest: setup
 # The fast lane: every test that needs no engine and no torch import (torch, sglang and the model libraries look
 # uninstalled there, in the tests and in every script they start: tests/check_lane/). Under a minute.
 check: setup
-	SGL_BENCH_CHECK_LANE=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not engine and not torch"
+	DIFFUSION_BENCH_CHECK_LANE=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not engine and not torch"
 
 # Style and dead code (config in pyproject.toml; vulture's known false positives in .ci/vulture_whitelist.py).
 lint: setup

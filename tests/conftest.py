@@ -39,7 +39,10 @@ sys.path.insert(0, str(SCRIPTS))
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 CHECK_LANE_DIR = REPO / "tests" / "check_lane"
-if os.environ.get("SGL_BENCH_CHECK_LANE") == "1":  # `make check`: torch and the engine must not be imported
+from sgl_diffusion_bench import bench_env  # noqa: E402
+
+CHECK_LANE = bench_env.get(bench_env.CHECK_LANE) == "1"  # `make check`: torch and the engine must not be imported
+if CHECK_LANE:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECK_LANE_DIR), os.environ.get("PYTHONPATH")) if p)
     _guard = importlib.util.spec_from_file_location("check_lane_guard", CHECK_LANE_DIR / "sitecustomize.py")
     _guard.loader.exec_module(importlib.util.module_from_spec(_guard))

@@ -46,7 +46,7 @@ def _serve_all(root: Path) -> dict[str, str]:
 
 def _fetch(tmp_path, base_url):
     return run_script("bench_diffusion_denoise", "--fetch-assets", "--assets-base-url", base_url, "--json",
-                      env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path / "work")})
+                      env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work")})
 
 
 def test_manifest_sources_and_honest_null_hashes():

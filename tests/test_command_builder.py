@@ -244,7 +244,7 @@ def test_parse_cli_tokens_follows_the_reference_rules():
 ])
 def test_cli_rejects_combinations_before_anything_runs(args, fragment, tmp_path):
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--dry-run", *args, "--json",
-                     env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+                     env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     assert run.returncode == 2 and run.document["error"]["code"].startswith("usage.")
     assert fragment in run.document["error"]["message"]
     assert not any(tmp_path.iterdir())  # nothing was created
@@ -252,7 +252,7 @@ def test_cli_rejects_combinations_before_anything_runs(args, fragment, tmp_path)
 
 def test_dry_run_plan_for_tiny_flux_cpu(tmp_path):
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "base", "--dry-run",
-                     "--engine-capabilities", "recent", "--json", env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+                     "--engine-capabilities", "recent", "--json", env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     assert run.returncode == 0
     doc = run.document
     assert doc["schema"] == "bench-plan.v1" and doc["refusals"] == [] and len(doc["runs"]) == 1
@@ -269,7 +269,7 @@ def test_dry_run_plan_for_tiny_flux_cpu(tmp_path):
 def test_dry_run_matrix_has_twelve_abba_rows_with_buckets_only_on_bcg(tmp_path):
     run = run_script("bench_diffusion_denoise", "--model", "qwen", "--quality-bcg-matrix", "--rounds", "1",
                      "--bcg-text-buckets", "128", "--engine-capabilities", "recent", "--dry-run", "--json",
-                     env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+                     env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     runs = run.document["runs"]
     assert [tuple(r["run_id"].split("__")[2:]) for r in runs] == [
         (f"{m}-{q}", f"r01p{p:02d}") for q in ("exact", "lossless", "high")
@@ -359,7 +359,7 @@ def test_every_matrix_argv_parses_with_the_installed_engines_own_parser(installe
         saved = tmp_path / "engine.json"
         saved.write_text(json.dumps(contract.envelope("engine.v1", "t", engine=installed.to_json(), cache=None)))
         run = run_script("bench_diffusion_denoise", "--model", model, *extra, "--dry-run", "--engine-capabilities",
-                         str(saved), "--json", env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+                         str(saved), "--json", env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
         assert run.returncode == 0, run.stdout[-2000:]
         runs += run.document["runs"]
     matrix = [r for r in runs if "-exact" in r["run_id"] or "-lossless" in r["run_id"] or "-high" in r["run_id"]]

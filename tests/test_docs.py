@@ -237,8 +237,8 @@ def test_every_block_is_a_user_command_with_declared_placeholders(doc, mode, pla
 
 def test_the_placeholder_check_sees_undeclared_and_optional_variables():
     assert variables_used('OUT=x\necho "$OUT" $TRACE ${REPORT} ${WORK:-/tmp} $?') == {"TRACE", "REPORT"}
-    assert variables_used('for s in a b; do echo "$s"; done\necho "$SGLANG_DIFFUSION_SKILL_WORKDIR/x"') == \
-        {"SGLANG_DIFFUSION_SKILL_WORKDIR"}
+    assert variables_used('for s in a b; do echo "$s"; done\necho "$DIFFUSION_BENCH_WORKDIR/x"') == \
+        {"DIFFUSION_BENCH_WORKDIR"}
 
 
 @pytest.fixture(scope="session")
@@ -263,7 +263,7 @@ def test_documented_commands_run(doc, mode, placeholders, body, tmp_path, doc_ca
     if probe_cache.exists():
         shutil.copy(probe_cache, block_probe)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               SGLANG_DIFFUSION_SKILL_WORKDIR=str(work), DIFFUSION_BENCH_TINY_MODEL_DIR=str(doc_caches / "tiny-models"),
+               DIFFUSION_BENCH_WORKDIR=str(work), DIFFUSION_BENCH_TINY_MODEL_DIR=str(doc_caches / "tiny-models"),
                HF_TOKEN=HF_TOKEN_CANARY, **{name: str(PLACEHOLDERS[name]) for name in placeholders})
     before = _untracked()
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=REPO, env=env, capture_output=True,

@@ -78,7 +78,7 @@ def _venv_without(tmp_path, hidden: tuple[str, ...]):
 def test_a_broken_engine_install_gives_a_degraded_probe_that_is_never_cached(tmp_path):
     """The real 0.5.23 install minus apache-tvm-ffi, driven through --engine-python: the parser cannot import."""
     python = _venv_without(tmp_path, ("tvm_ffi", "apache_tvm_ffi"))
-    work = {"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path / "work")}
+    work = {"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work")}
     run = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-python", str(python), "--json", env=work)
     doc = run.document
     assert run.returncode == 3 and doc["schema"] == "engine.v1" and not doc["ok"]
@@ -196,7 +196,7 @@ def test_probe_cli_on_the_installed_engine_reads_the_session_cache(installed_pro
     cache.parent.mkdir()
     cache.write_text(installed_probe.cache_path.read_text())  # the CLI finds the session's probe: no second probe
     run = run_script("bench_diffusion_denoise", "--probe-engine", "--json", timeout=300,
-                     env={"SGLANG_DIFFUSION_SKILL_WORKDIR": str(tmp_path)})
+                     env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     assert run.returncode == 0
     assert run.document["engine"] == installed_probe.capabilities.to_json()
     assert run.document["cache"] == {"path": str(cache), "hit": True, "written": False}

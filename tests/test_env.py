@@ -126,8 +126,10 @@ def _inspect_exit_matches(run) -> bool:
     return run.document["ok"] is (not errors) and run.returncode == (3 if errors else 0)
 
 
+# The token and text tests skip the engine's import check (a child importing sglang, 20-40 s on 2 cores): what they
+# check is decided before it. The check itself runs once, in test_inspect_checks_that_the_engine_imports.
 def test_inspect_cli_validates_and_reports_token_presence_only():
-    run = run_script("diffusion_skill_env", "inspect", "--json")
+    run = run_script("diffusion_skill_env", "inspect", "--no-engine-check", "--json")
     assert _inspect_exit_matches(run)
     doc = run.document
     assert doc["huggingface"]["token_present"] is True
@@ -140,19 +142,33 @@ def test_inspect_accepts_every_token_variable_huggingface_hub_reads():
     """Issue 24: HUGGING_FACE_HUB_TOKEN set made inspect --json exit 70 (the schema lacked the name)."""
     import os
 
-    run = run_script("diffusion_skill_env", "inspect", "--json",
+    run = run_script("diffusion_skill_env", "inspect", "--no-engine-check", "--json",
                      env={**os.environ, "HUGGING_FACE_HUB_TOKEN": HF_TOKEN_CANARY})
     assert _inspect_exit_matches(run) and "HUGGING_FACE_HUB_TOKEN" in run.document["huggingface"]["token_vars_set"]
     assert HF_TOKEN_CANARY[:8] not in run.stdout + run.stderr
 
 
+@pytest.mark.engine
+def test_inspect_checks_that_the_engine_imports():
+    """The full inspect: the engine's generate entry point imported in a child, its result in sglang.engine_check."""
+    run = run_script("diffusion_skill_env", "inspect", "--json")
+    assert _inspect_exit_matches(run), run.stderr
+    doc = run.document
+    if not doc["sglang"]["installed"]:
+        pytest.skip("no sglang in this interpreter")
+    check = doc["sglang"]["engine_check"]
+    assert check["python"] == sys.executable and check["import_check"]["ok"] is True, check
+    assert "sglang.import_failed" not in {p["code"] for p in doc["problems"]}
+    assert HF_TOKEN_CANARY[:8] not in run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["print-root", "--json"], ["print-assets-dir", "--json"], ["print-output-dir", "--kind", "benchmarks", "--json"],
-    ["check-write-access", "--json"], ["inspect"], ["print-root"],
+    ["check-write-access", "--json"], ["inspect", "--no-engine-check"], ["print-root"],
 ])
 def test_every_subcommand_runs_without_leaking_the_token(args, tmp_path):
     run = run_script("diffusion_skill_env", *args, env={env.WORKDIR_ENV: str(tmp_path)})
-    assert run.returncode == (3 if args == ["inspect"] and "not ready" in run.stdout + run.stderr else 0), run.stderr
+    assert run.returncode == (3 if args[0] == "inspect" and "not ready" in run.stdout + run.stderr else 0), run.stderr
     if "--json" in args and args[0] != "check-write-access":
         assert run.document["path"].startswith(str(tmp_path))
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CHECK_LANE
 from sgl_diffusion_bench import model_cache
 
-TRIALS = 5 if os.environ.get("SGL_BENCH_CHECK_LANE") == "1" else 20  # `make check` is the quick lane
+TRIALS = 5 if CHECK_LANE else 20  # `make check` is the quick lane
 FILES_PER_SIDE = 150  # 150 inside the swapped directory, 150 sentinels outside (x 20 trials = 3,000 outside files)
 
 SWAPPER = textwrap.dedent("""

@@ -25,11 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SCRIPTS, TEST_FIXTURES
+from conftest import CHECK_LANE, SCRIPTS, TEST_FIXTURES
 from sgl_diffusion_bench import contract, inputs, paths
 
 # `make check` (the under-a-minute lane) runs a fifth of the cases; `make test` and CI run them all.
-SCALE = 5 if os.environ.get("SGL_BENCH_CHECK_LANE") == "1" else 1
+SCALE = 5 if CHECK_LANE else 1
 FUZZ = settings(max_examples=40 // SCALE, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 HANG_S = 30.0

@@ -58,6 +58,6 @@ def test_default_cache_dir_is_overridable(monkeypatch, tmp_path):
     monkeypatch.setenv(tiny_model.CACHE_ENV, str(tmp_path))
     assert tiny_model.default_cache_dir() == tmp_path
     monkeypatch.delenv(tiny_model.CACHE_ENV)
-    monkeypatch.setenv("SGLANG_DIFFUSION_SKILL_WORKDIR", str(tmp_path / "work"))
+    monkeypatch.setenv("DIFFUSION_BENCH_WORKDIR", str(tmp_path / "work"))
     expected = tmp_path / "work" / ".cache" / "tiny-models" / tiny_model.transformers_tag()
     assert tiny_model.default_cache_dir() == expected

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import contract
+from . import bench_env, contract
 
-ENV_VAR = "DIFFUSION_BENCH_ENGINE_PYTHON"
+ENV_VAR = bench_env.ENGINE_PYTHON
 QUERY_TIMEOUT_S = 60
 # Import name -> distribution to install, where they differ (the modules a broken engine install misses most).
 MODULE_DISTRIBUTIONS = {"tvm_ffi": "apache-tvm-ffi", "imageio_ffmpeg": "imageio-ffmpeg",
@@ -49,7 +49,7 @@ print({_MARK!r} + json.dumps({{"executable": sys.executable, "python_version": s
 def resolve(cli_value: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The engine interpreter: ``--engine-python``, else $DIFFUSION_BENCH_ENGINE_PYTHON, else this one."""
     environ = os.environ if environ is None else environ
-    value = cli_value or environ.get(ENV_VAR) or ""
+    value = cli_value or bench_env.get(ENV_VAR, environ) or ""
     if not value:
         return sys.executable
     path = Path(value).expanduser()
@@ -95,14 +95,59 @@ def sglang_location(python: str) -> dict[str, Any]:
             "checkout_root": str(checkout) if checkout else None, "reason": None}
 
 
+def script_interpreter(script: Path) -> str | None:
+    """The interpreter a console script's first line names (plain ``#!PATH``, or the ``/bin/sh`` exec trampoline
+    installers write for long paths); None when it names none we can read."""
+    try:
+        with script.open("rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    words = head[0][2:].split()
+    if words[:1] == ["/bin/sh"] and len(head) > 1 and head[1].startswith("'''exec' '"):
+        return head[1].split("'")[5] or None
+    return words[0] if words else None
+
+
+def stale_shebang(python: str) -> str | None:
+    """Why the ``sglang`` console script beside ``python`` would not run under ``python`` itself, e.g. a venv moved
+    after install, whose scripts still name the old path; None when it would (or there is no such script)."""
+    script = Path(python).parent / "sglang"
+    named = script_interpreter(script) if script.is_file() else None
+    if named is None or Path(named).name == "env":
+        return None
+    if not (Path(named).is_file() and os.access(named, os.X_OK)):
+        return f"{script}'s first line names {named}, which does not exist (was the environment moved?)"
+    if _venv_path(Path(named)) != _venv_path(Path(python)):
+        return f"{script}'s first line names {named}, another interpreter than {python}"
+    return None
+
+
+def _venv_path(python: Path) -> Path:
+    """Its folder resolved but not the file: a venv's python is a symlink to the base one, which has no venv."""
+    return python.absolute().parent.resolve() / python.name
+
+
+_told_stale: set[str] = set()
+
+
 def sglang_cli(python: str) -> list[str]:
-    """The ``sglang`` console script beside ``python``; else the same entry point through ``python -c``.
+    """The ``sglang`` console script beside ``python``, run by ``python`` itself when the script's first line names
+    a missing or another interpreter (said once on stderr); without the script, its entry point via ``python -c``.
 
     0.5.10.post1's ``sglang.cli.main`` has no ``__main__`` guard, so ``python -m sglang.cli.main`` would do nothing.
     """
     script = Path(python).parent / "sglang"
     if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
+        stale = stale_shebang(python)
+        if stale is None:
+            return [str(script)]
+        if python not in _told_stale:
+            _told_stale.add(python)
+            print(f"[engine] {stale}; running it with {python}", file=sys.stderr)
+        return [python, str(script)]
     return [python, "-c", "import sys; from sglang.cli.main import main; sys.exit(main())"]
 
 

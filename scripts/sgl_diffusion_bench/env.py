@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from . import contract, fileio, gpu, hf_settings, paths, progress
+from . import bench_env, contract, fileio, gpu, hf_settings, paths, progress
 
-WORKDIR_ENV = "SGLANG_DIFFUSION_SKILL_WORKDIR"
+WORKDIR_ENV = bench_env.WORKDIR
 ASSETS_SUBDIR = Path("inputs/diffusion_benchmark/figs")
 OUTPUT_SUBDIRS = {"benchmarks": Path("outputs/diffusion_benchmarks"), "profiles": Path("outputs/diffusion_profiles")}
 BENCH_ENV_VARS = ("FLASHINFER_DISABLE_VERSION_CHECK", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING", "NCCL_NVLS_ENABLE")
@@ -67,9 +67,11 @@ def repo_root() -> tuple[Path | None, str]:
 
 
 def work_root() -> tuple[Path, str]:
-    """Where assets and outputs go: $SGLANG_DIFFUSION_SKILL_WORKDIR, else the sglang checkout, else the bundle."""
-    if os.environ.get(WORKDIR_ENV):
-        return Path(os.environ[WORKDIR_ENV]).expanduser().resolve(), f"${WORKDIR_ENV}"
+    """Where assets and outputs go: $DIFFUSION_BENCH_WORKDIR, else the sglang checkout, else the bundle."""
+    given_by = bench_env.source(WORKDIR_ENV)
+    if given_by:
+        reason = f"${given_by}" + ("" if given_by == WORKDIR_ENV else f" (deprecated name of ${WORKDIR_ENV})")
+        return Path(bench_env.get(WORKDIR_ENV)).expanduser().resolve(), reason
     root, _ = repo_root()
     if root is not None:
         return root, "sglang checkout"
@@ -232,7 +234,8 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
                   "triton": dist_version("triton"), "nccl": torch["nccl"], "driver": inventory.driver_version},
         gpus=[dict(g.to_json(), leased_by=leased[g.uuid]) for g in inventory.gpus],
         gpus_reason=inventory.reason,
-        env={name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},
+        env={**{name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},
+             **{name: os.environ.get(bench_env.source(name) or name) for name in bench_env.VARIABLES}},
         huggingface=hf_info(),
     )
     if import_check is not None and location["installed"]:
@@ -251,6 +254,8 @@ def _writable(path: Path) -> bool:
 
 def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, str]]:
     """Findings an agent must act on before a GPU benchmark; each names its next step."""
+    from . import engine_python
+
     problems: list[dict[str, str]] = []
 
     def add(code: str, severity: str, message: str, hint: str) -> None:
@@ -266,6 +271,10 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
         add("sglang.import_failed", "error", f"importing {imported['module']} with {check['python']} failed: "
             f"{imported['error']}", install_hint(imported["missing_module"], check["python"],
                                                  doc["sglang"]["version"]))
+    stale = engine_python.stale_shebang(check["python"]) if check else None
+    if stale:
+        add("sglang.stale_shebang", "warning", stale, "nothing to do for the benchmark (it runs the script with that "
+            "interpreter); reinstall sglang there, or recreate the environment, to run `sglang` by hand")
     if check and check["torch_requirement"] and not check["torch_requirement"]["met"]:
         pin = check["torch_requirement"]
         add("sglang.torch_pin_unmet", "warning", f"sglang {doc['sglang']['version']} declares {pin['declared']}; "
@@ -275,6 +284,9 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
         add("torch.broken", "error", torch["import_error"], "reinstall torch matching your CUDA driver")
     elif torch["version"] is None:
         add("torch.missing", "error", "torch is not installed", "install torch (CPU: pip install torch==2.13.0)")
+    for former, name in bench_env.deprecated_in_use().items():
+        add("env.deprecated_variable", "warning", f"{former} is the old name of {name} (read for now)",
+            f"set {name} instead: sglang claims every SGL_* and SGLANG_* variable as its own")
     if not doc["directories"]["writable"]:
         add("fs.not_writable", "error", f"{doc['directories']['work_root']} is not writable",
             f"set {WORKDIR_ENV} to a writable directory")

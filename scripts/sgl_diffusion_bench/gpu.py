@@ -6,7 +6,7 @@ by a dead process is free again (and reported as reclaimed). Two agents on one h
 Lock files are opened with ``O_NOFOLLOW`` (a planted symlink is refused, never truncated through) and must be regular
 files. The default lock directory is per user (``$XDG_RUNTIME_DIR`` or ``/tmp/sglang-diffusion-gpu-locks-<uid>``,
 created 0700 and refused if anyone else could write it). On a host where several users share GPUs, point every user
-at one shared directory with ``SGLANG_DIFFUSION_GPU_LOCK_DIR`` (an admin creates it once, sticky and world-writable
+at one shared directory with ``DIFFUSION_BENCH_GPU_LOCK_DIR`` (an admin creates it once, sticky and world-writable
 like /tmp: ``install -d -m 1777 /var/lock/sglang-diffusion-gpu``); there a lock file owned by another user is locked
 read-only, and its record is left as it is.
 """
@@ -24,16 +24,17 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import contract
+from . import bench_env, contract
 
-LOCK_DIR_ENV = "SGLANG_DIFFUSION_GPU_LOCK_DIR"
+LOCK_DIR_ENV = bench_env.GPU_LOCK_DIR
 
 
 def default_lock_dir(environ: dict[str, str] | None = None) -> Path:
-    """The shared directory named by SGLANG_DIFFUSION_GPU_LOCK_DIR, else a per-user one."""
+    """The shared directory named by DIFFUSION_BENCH_GPU_LOCK_DIR, else a per-user one."""
     env = os.environ if environ is None else environ
-    if env.get(LOCK_DIR_ENV):
-        return Path(env[LOCK_DIR_ENV])
+    shared = bench_env.get(LOCK_DIR_ENV, env)
+    if shared:
+        return Path(shared)
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime and Path(runtime).is_dir():
         return Path(runtime) / "sglang-diffusion-gpu-locks"

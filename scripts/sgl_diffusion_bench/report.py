@@ -33,7 +33,8 @@ def _round_label(cell: Cell) -> str:
     return f"Round {cell.round} — {cell.position or cell.arm}"
 
 
-def _cells(doc: Mapping[str, Any]) -> list[Cell]:
+def cells_of(doc: Mapping[str, Any]) -> list[Cell]:
+    """A bench-report.v1's cells, typed."""
     return [Cell.from_json(c) for c in doc["cells"]]
 
 
@@ -50,7 +51,7 @@ def _stage_order(cells: list[Cell], names) -> list[str]:
 
 
 def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -> str:
-    campaign, summary, cells = doc["campaign"], doc["summary"], _cells(doc)
+    campaign, summary, cells = doc["campaign"], doc["summary"], cells_of(doc)
     arms = arm_order(campaign, cells)
     comparison = summary.get("comparison")
     lines = [f"## Benchmark: {campaign['label']}", ""]
@@ -94,7 +95,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
 def run_order_section(doc: Mapping[str, Any]) -> list[str]:
     """The seed PR's run-order table with its means, then the per-round changes and outliers, for other reports
     (collect_pr_evidence's EVIDENCE.md) to state exactly as this one does."""
-    cells = _cells(doc)
+    cells = cells_of(doc)
     arms = arm_order(doc["campaign"], cells)
     lines = [*_run_order_table(cells, arms), ""]
     for paragraph in [*_changes(doc["summary"].get("comparison")), *_outliers(doc["summary"], arms)]:
@@ -376,7 +377,7 @@ def render_plot(doc: Mapping[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = _cells(doc)
+    cells = cells_of(doc)
     arms = arm_order(doc["campaign"], cells)
     outlier_cells = {o["cell"] for s in doc["summary"]["arms"].values() for o in s["outliers"]}
     fig, axes = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
@@ -429,7 +430,7 @@ def render_campaign_text(doc: Mapping[str, Any]) -> str:
     lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
              f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
     lines += [f"engine {c['mode']}: {c['reason']}" for c in [doc["engines"].get("choice")] if c]
-    for cell in _cells(doc):
+    for cell in cells_of(doc):
         e2e_ms = cell.metric("e2e_ms")
         lines.append(f"  #{cell.index} {cell.arm} {cell.position or ''} {cell.status}"
                      + (f" e2e {e2e_ms:.1f} ms" if e2e_ms is not None else "")

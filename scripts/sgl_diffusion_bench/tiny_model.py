@@ -15,11 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import contract, engine_process, env
+from . import bench_env, contract, engine_process, env
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
-CACHE_ENV = "DIFFUSION_BENCH_TINY_MODEL_DIR"  # not SGL_*: sglang claims (and warns about) those
+CACHE_ENV = bench_env.TINY_MODEL_DIR
 CLIP_HIDDEN = 32  # == FluxTransformer2DModel.pooled_projection_dim
 T5_D_MODEL = 32  # == FluxTransformer2DModel.joint_attention_dim
 LATENT_CHANNELS = 4  # FLUX packs 2x2 latent patches: transformer in_channels == 4 * latent_channels
@@ -36,8 +36,8 @@ def transformers_tag() -> str:
 
 def default_cache_dir() -> Path:
     """$DIFFUSION_BENCH_TINY_MODEL_DIR, else <work root>/.cache/tiny-models/transformers-<version>."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+    if bench_env.get(CACHE_ENV):
+        return Path(bench_env.get(CACHE_ENV)).expanduser()
     return env.work_root()[0] / ".cache" / "tiny-models" / transformers_tag()
 
 

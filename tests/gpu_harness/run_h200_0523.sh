@@ -16,7 +16,7 @@ MODEL=/tmp/m/FLUX.1-dev
 mkdir -p "$EV"
 export PYTHONPATH=$R/tests/gpu_harness:/tmp/site:$R/scripts PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 \
     PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
-    SGLANG_DIFFUSION_SKILL_WORKDIR=/tmp/work TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
+    DIFFUSION_BENCH_WORKDIR=/tmp/work TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 
 pipeline() {
     stamp() { echo "$1 $(date -u +%s) $(date -u +%T)" >>"$EV/steps.txt"; }

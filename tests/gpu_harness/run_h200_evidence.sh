@@ -28,7 +28,7 @@ collect() {
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >"$EV/pip.log" 2>&1 || { echo "pip install failed" >&2; tail -20 "$EV/pip.log" >&2; collect; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD/tests/gpu_harness:$PWD/scripts PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 \
-    PYTHONUNBUFFERED=1 SGLANG_DIFFUSION_SKILL_WORKDIR=/tmp/work
+    PYTHONUNBUFFERED=1 DIFFUSION_BENCH_WORKDIR=/tmp/work
 {
     date -u +%FT%TZ; uname -a; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv
     python3 --version; command -v python3 nvcc sglang; ls /usr/local/cuda*/lib64/libcudart.so* 2>&1

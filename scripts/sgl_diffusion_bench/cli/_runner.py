@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import signal
 import sys
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import contract, progress, selftest
+from .. import bench_env, contract, progress, selftest
 
-DEBUG_ENV = "SGLANG_DIFFUSION_SKILL_DEBUG"
+DEBUG_ENV = bench_env.DEBUG
 
 
 class Parser(argparse.ArgumentParser):
@@ -138,7 +137,7 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
         result, exit_code = Result(contract.error_document(exc, tool)), int(exc.exit_code)
         result.text = f"error [{exc.code}]: {exc.message}"
     except Exception as exc:  # last resort: our own bug still yields a valid error document
-        if os.environ.get(DEBUG_ENV):
+        if bench_env.get(DEBUG_ENV):
             traceback.print_exc()
         err = contract.ToolError("internal.unexpected", f"{type(exc).__name__}: {exc}",
                                  f"this is a bug; re-run with {DEBUG_ENV}=1 for a traceback and report it",

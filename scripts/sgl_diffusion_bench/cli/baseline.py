@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Mapping, Sequence
 
+from ..cell import Cell
 from .. import contract, engine_baselines, engine_probe, engine_scenarios, inputs, perf_dump, selftest
 from . import _runner
 
@@ -72,9 +73,9 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() and len(text) < 10 else None
 
 
-def report_facts(cells: Sequence[Mapping[str, Any]], perfs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def report_facts(cells: Sequence[Cell], perfs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Model, size, frames, steps and GPU count of the cells' own requests; steps as the perf dumps counted them."""
-    argvs = [[str(t) for t in c.get("argv") or []] for c in cells]
+    argvs = [[str(t) for t in c.argv] for c in cells]
     steps = _one([len(p["denoise_steps_ms"]) for p in perfs if p.get("denoise_steps_ms")])
     gpus = _one([_int(_argv_value(a, "--num-gpus")) or 1 for a in argvs])
     return {"model": _one([_argv_value(a, "--model-path") or _argv_value(a, "--model") for a in argvs]),
@@ -101,8 +102,8 @@ def _source(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, A
                                       "pass a bench-report.v1 JSON") from None
         contract.validate_input(doc, "bench-report.v1", args.report)
         arm = args.arm or doc["campaign"].get("baseline_arm") or next(iter(doc["campaign"]["arms"]))
-        cells = [c for c in doc["cells"] if c["arm"] == arm and c["status"] == "valid" and c.get("perf")]
-        perfs = [c["perf"] for c in cells]
+        cells = [c for c in map(Cell.from_json, doc["cells"]) if c.arm == arm and c.status == "valid" and c.perf]
+        perfs = [c.perf for c in cells]
         return perfs, report_facts(cells, perfs), _gpu_names(doc.get("environment")), \
             {"kind": "report", "paths": [args.report], "arm": arm}
     if args.perf_dump:

@@ -338,7 +338,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
         return _runner.Result(docs[0], report.render_campaign_text(docs[0]))
     suite = contract.envelope("bench-suite.v1", TOOL, ok=all(d["ok"] for d in docs), reports=[
         {"preset": d["campaign"]["preset"], "ok": d["ok"], "path": d["plan"]["report_path"],
-         "statuses": [c["status"] for c in d["cells"]]} for d in docs])
+         "statuses": [c.status for c in report.cells_of(d)]} for d in docs])
     return _runner.Result(suite, "\n\n".join(report.render_campaign_text(d) for d in docs))
 
 

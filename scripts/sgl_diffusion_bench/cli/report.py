@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from .. import contract, inputs, report, selftest
+from ..cell import Cell
 from . import _runner
 
 TOOL = "render_bench_report"
@@ -62,7 +63,8 @@ def render(doc: dict, source: str, out_dir: Path) -> _runner.Result:
     result = contract.envelope(
         "report-render.v1", TOOL, report=source, markdown_path=paths["markdown"], plot_path=paths["plot"],
         verdict=comparison["verdict"] if comparison else None, report_ok=doc["ok"],
-        cells={"total": len(doc["cells"]), "valid": sum(1 for c in doc["cells"] if c["status"] == "valid")})
+        cells={"total": len(doc["cells"]),
+               "valid": sum(1 for c in map(Cell.from_json, doc["cells"]) if c.status == "valid")})
     return _runner.Result(result, f"wrote {paths['markdown']} and {paths['plot']}")
 
 
