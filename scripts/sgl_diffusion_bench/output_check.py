@@ -103,13 +103,15 @@ def _decode_video(path: Path) -> Decoded:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise OutputProblem("artifacts.undecodable_output", f"{path} holds no video stream")
-            frames = [frame for frame in container.decode(video=0)]
+            size, count = None, 0  # every frame decoded (a truncated file fails here), none kept in memory
+            for frame in container.decode(video=0):
+                size, count = size or (frame.width, frame.height), count + 1
     except av.FFmpegError as exc:
         raise OutputProblem("artifacts.undecodable_output",
                             f"{path} ({path.stat().st_size} bytes) does not decode as a video: {exc}") from None
-    if not frames:
+    if size is None:
         raise OutputProblem("artifacts.undecodable_output", f"{path} decodes to no video frame")
-    return Decoded("video", frames[0].width, frames[0].height, len(frames))
+    return Decoded("video", size[0], size[1], count)
 
 
 def check_output(path: Path, requested: RequestedShape) -> dict[str, Any] | None:
