@@ -76,9 +76,22 @@ def test_verdict_no_significant_change_with_its_interval():
     comparison = load("bench-report.json")["summary"]["comparison"]
     e2e = comparison["metrics"]["e2e_ms"]
     assert comparison["verdict"] == e2e["verdict"] == "no_significant_change"
-    assert round(e2e["change_pct"], 3) == -0.225
-    assert (round(e2e["ci_low_pct"], 3), round(e2e["ci_high_pct"], 3)) == (-0.718, 0.271)
-    assert [round(v, 3) for v in e2e["round_changes_pct"]] == [-0.631, 0.183]
+    # on the steady state: each warm engine's first measured request (cells 0 and 1) is set beside it
+    assert comparison["steady_state"]["excluded_cells"] == [0, 1]
+    assert round(e2e["change_pct"], 3) == -0.304
+    assert (round(e2e["ci_low_pct"], 3), round(e2e["ci_high_pct"], 3)) == (-0.579, -0.028)
+    assert [round(v, 3) for v in e2e["round_changes_pct"]] == [-1.266, 0.183]
+
+
+def test_each_engines_first_request_is_reported_beside_the_steady_state():
+    doc = load("bench-report.json")
+    arms = doc["summary"]["arms"]
+    assert [(f["cell"], f["engine"], round(f["e2e_ms"], 3), f["in_steady_state"])
+            for f in arms["eager"]["first_requests"]] == [(0, "e1", 4215.614, False)]
+    assert [(f["cell"], f["engine"]) for f in arms["bcg"]["first_requests"]] == [(1, "e2")]
+    assert arms["eager"]["n_valid"] == 4 and arms["eager"]["n_used"] == 3
+    text = (RUN / "bench-report.md").read_text(encoding="utf-8")
+    assert "| eager | e1 | cell 0 | 4.215614 | 4.175172 | 4.232272 over 3 | no |" in text
 
 
 def test_outputs_byte_identical_across_all_eight_cells():

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import perf_compare
+from . import perf_compare, steady_state
 from .cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
@@ -70,6 +70,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines += ["", *_run_order_table(cells, arms), ""]
     for paragraph in [*_changes(comparison), *_outliers(summary, arms), *_memory(comparison, summary, arms)]:
         lines += [paragraph, ""]
+    lines += steady_state.markdown(summary, arms)
     if comparison is not None:
         lines += ["", "### Statistics", "", *perf_compare.render_statistics(comparison, summary["arms"])]
         lines += ["", "### Stages (mean ms)", "", "| Stage | " + " | ".join(

@@ -2,8 +2,10 @@
 change, a verdict against a threshold, and stage-attributed outliers.
 
 Pure functions over a campaign's cells (cell.Cell: ``index``, ``arm``, ``round``, ``position``, ``status`` and
-``perf``). Only valid cells with a ``perf`` object count. Outliers are flagged, never dropped,
-unless the caller asks (``discard_outliers``); the result lists what was discarded.
+``perf``). Only valid cells with a ``perf`` object count, less each warm engine's first measured request
+(steady_state.py: the statistics and the verdict are on the steady state; those requests are reported beside it).
+Outliers are flagged, never dropped, unless the caller asks (``discard_outliers``); the result lists what was
+discarded.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import contract, inputs
+from . import contract, inputs, steady_state
 from .campaign import MAX_ROUNDS
 from .cell import Cell
 
@@ -43,8 +45,11 @@ def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> s
             f"show the change repeats.")
 
 
-def used_cells(cells: Iterable[Cell], arm: str | None = None) -> list[Cell]:
-    return [c for c in cells if c.valid and c.perf and (arm is None or c.arm == arm)]
+def used_cells(cells: Iterable[Cell], arm: str | None = None, steady: bool = True) -> list[Cell]:
+    """Valid cells with a perf object; ``steady``: less each warm engine's first measured request (steady_state)."""
+    cells = list(cells)
+    apart = steady_state.excluded(cells) if steady else set()
+    return [c for c in cells if c.valid and c.perf and (arm is None or c.arm == arm) and c.index not in apart]
 
 
 def out_of_range(what: str) -> contract.InputError:
@@ -144,7 +149,8 @@ def _attribute(cell: Cell, deviation_ms: float, stage_medians: Mapping[str, floa
 
 
 def arm_summary(cells: Sequence[Cell], arm: str, discard_outliers: bool = False) -> dict[str, Any]:
-    """Distributions over the arm's valid cells (minus discarded outliers, when asked)."""
+    """Distributions over the arm's steady state (valid cells less each warm engine's first measured request, which
+    ``first_requests`` reports beside it; minus discarded outliers, when asked)."""
     outliers = find_outliers(cells, arm)
     discarded = [o["cell"] for o in outliers] if discard_outliers else []
     for o in outliers:
@@ -155,9 +161,10 @@ def arm_summary(cells: Sequence[Cell], arm: str, discard_outliers: bool = False)
     return {
         "arm": arm,
         "n_cells": sum(1 for c in cells if c.arm == arm),
-        "n_valid": len(used_cells(cells, arm)),
+        "n_valid": len(used_cells(cells, arm, steady=False)),
         "n_used": len(used),
         "discarded_cells": discarded,
+        "first_requests": steady_state.first_requests(cells, arm),
         **{m: describe([_metric(c, m) for c in used])
            for m in ("e2e_ms", "denoise_ms", "step0_ms", "steady_step_mean_ms", "peak_memory_mb")},
         "memory_kind": kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else None),
@@ -415,6 +422,7 @@ def compare_arms(cells: Sequence[Cell], baseline: str, candidate: str, arms: Map
                    "change_mb": None if b_peak is None or c_peak is None else c_peak - b_peak,
                    "change_pct": relative_change_pct(b_peak, c_peak), "sources": sources},
         "discarded_cells": discarded,
+        "steady_state": steady_state.comparison_block(cells),
     }
 
 

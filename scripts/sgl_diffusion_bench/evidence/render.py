@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, report
+from .. import contract, report, steady_state
 from ..cell import Cell
 from . import manifest, plot
 
@@ -58,9 +58,12 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
     metric = comparison["primary_metric"]
     figures = comparison["metrics"][metric]
     lines.append(f"- **Verdict: {comparison['verdict']}** on {metric}: {comparison.get('reason') or ''}")
+    apart = (comparison.get("steady_state") or {}).get("excluded_cells")
+    over = (f"means over the steady state: the valid cells less each warm engine's first measured request, cells "
+            f"{', '.join(map(str, apart))}, shown below" if apart else "means over the valid cells")
     if figures.get("change_pct") is not None:
         lines.append(f"- {metric} change {figures['change_pct']:+.3f}% ({comparison['baseline_arm']} -> "
-                     f"{comparison['candidate_arm']}, means over the valid cells).")
+                     f"{comparison['candidate_arm']}, {over}).")
     stopping = camp["campaign"]["stopping"]
     lines.append(f"- Rule: {stopping.get('description', stopping['rule'])}; rounds run {stopping['rounds_run']}.")
     if comparison.get("next_step"):
@@ -69,21 +72,10 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
 
 
 def _first_requests(camp: Mapping[str, Any]) -> list[str]:
-    """Each warm engine's first measured request beside the rest of its arm (the steady state)."""
-    rows = []
-    for arm in report.arm_order(camp["campaign"], [Cell.from_json(c) for c in camp["cells"]]):
-        cells = [c for c in camp["cells"] if c["arm"] == arm and c["status"] == "valid" and c["perf"]]
-        first = [c for c in cells if (c.get("engine") or {}).get("first_measured")]
-        steady = [c["perf"]["e2e_ms"] for c in cells if c not in first and c["perf"].get("e2e_ms") is not None]
-        if first:
-            steady_text = f"{sum(steady) / len(steady) / 1000:.6f} s over {len(steady)}" if steady else "none"
-            rows.append(f"| {arm} | " + ", ".join(f"{c['perf']['e2e_ms'] / 1000:.6f}" for c in first)
-                        + f" | {steady_text} |")
-    if not rows:
-        return []
-    return ["", "First measured request of each warm engine, beside the steady state (the rest of its arm); the "
-            "statistics above include every valid cell:", "", "| Arm | First request E2E (s) | Steady-state mean E2E |",
-            "|---|---:|---:|", *rows]
+    """Each warm engine's first measured request beside the steady state the verdict is on (steady_state.py)."""
+    arms = report.arm_order(camp["campaign"], [Cell.from_json(c) for c in camp["cells"]])
+    lines = steady_state.markdown(camp["summary"], arms)
+    return ["", *lines[:-1]] if lines else []
 
 
 def _environment(doc: Mapping[str, Any]) -> list[str]:
