@@ -108,9 +108,43 @@ def test_verify_passes_on_the_folder_and_a_second_run_redoes_nothing(folder, tmp
                        str(out.parent / "cache"), "--json", timeout=600)
     assert again.returncode == 0 and [s["attempts"] for s in again.document["steps"]] == \
         [s["attempts"] for s in folder["resumed"].document["steps"]]
-    moved = tmp_path / "moved"  # a reviewer's copy elsewhere verifies too: paths are read relative to the folder
+
+def test_a_moved_folder_verifies_and_resumes_with_no_step_redone(folder, tmp_path):
+    """Moved (the first location gone for the test: nothing may read it), the folder verifies, a run on it redoes no
+    step (paths are read relative to the folder; the campaign report's own paths through its plan.output_dir),
+    and it still verifies after that run has moved the manifest's out_dir on."""
+    out = folder["out"]
+    moved, away = tmp_path / "moved", out.with_name(out.name + ".away")
     shutil.copytree(out, moved)
-    assert run_script("collect_pr_evidence", "verify", str(moved), "--json").returncode == 0
+    out.rename(away)
+    try:
+        first = run_script("collect_pr_evidence", "verify", str(moved), "--json")
+        assert first.returncode == 0 and first.document["ok"], first.document["findings"]
+        again = run_script("collect_pr_evidence", "run", "--out", str(moved), *REQUEST, "--model-cache-root",
+                           str(out.parent / "cache"), "--json", timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert [s["attempts"] for s in again.document["steps"]] == \
+            [s["attempts"] for s in folder["resumed"].document["steps"]]
+        assert again.document["out_dir"] == str(moved.resolve())
+        after = run_script("collect_pr_evidence", "verify", str(moved), "--json")
+        assert after.returncode == 0 and after.document["ok"], after.document["findings"]
+        assert after.document["checked"]["cells_judged"] == 8
+    finally:
+        away.rename(out)
+
+
+def test_the_evidence_states_the_steady_state_the_verdict_is_on(folder):
+    """Build 4: each warm engine's first measured request is set beside the steady state in the report and in
+    EVIDENCE.md, and verify (above) recomputed the same steady-state verdict from the stored numbers."""
+    report = json.loads((folder["out"] / _step(folder["resumed"].document, "campaign")["document"]).read_text())
+    comparison, arms = report["summary"]["comparison"], report["summary"]["arms"]
+    firsts = [f for arm in arms.values() for f in arm["first_requests"]]
+    assert sorted(f["cell"] for f in firsts if not f["in_steady_state"]) == comparison["steady_state"]["excluded_cells"]
+    assert len(comparison["steady_state"]["excluded_cells"]) == 2  # one warm engine per arm
+    assert all(arm["n_used"] == arm["n_valid"] - 1 for arm in arms.values())
+    markdown = (folder["out"] / "EVIDENCE.md").read_text()
+    assert "means over the steady state" in markdown
+    assert "the verdict and the statistics are on the steady state" in markdown
 
 
 def _tampered(folder, tmp_path, change) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_script
 from sgl_diffusion_bench import contract
-from sgl_diffusion_bench.evidence import manifest, request, verify
+from sgl_diffusion_bench.evidence import manifest, render, request, verify
 
 TINY = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info")
 
@@ -125,3 +125,17 @@ def test_a_file_the_manifest_does_not_record_is_never_deleted_by_a_resume(tmp_pa
     run = run_script("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "evidence.foreign_file"
     assert "readiness/my-notes.txt" in run.document["error"]["message"] and mine.read_text() == "keep me"
+
+
+def test_recorded_paths_map_into_the_folder_where_it_is_now(tmp_path):
+    """A folder first written at /old/ev, resumed at /mid/ev (the manifest's out_dir moved on, the campaign report
+    still records /old/ev/campaign), now at tmp_path: both kinds of recorded path land inside tmp_path."""
+    doc = {"out_dir": "/mid/ev"}
+    camp = {"plan": {"output_dir": "/old/ev/campaign"}}
+    dump = "/old/ev/campaign/r1/cell.perf.json"
+    assert render.local_path(tmp_path, doc, dump, camp) == tmp_path / "campaign" / "r1" / "cell.perf.json"
+    assert render.local_path(tmp_path, doc, "/mid/ev/profile/p.json", camp) == tmp_path / "profile" / "p.json"
+    # a path outside the folder (a model cache, say) is left as recorded; a sibling with a longer name is not inside
+    assert str(render.local_path(tmp_path, doc, "/elsewhere/x", camp)) == "/elsewhere/x"
+    assert str(render.local_path(tmp_path, doc, "/old/ev-other/x.json", camp)) == "/old/ev-other/x.json"
+    assert render.local_path(tmp_path, doc, None, camp) is None

@@ -26,13 +26,19 @@ def _read_json(root: Path, rel: str | None) -> dict[str, Any] | None:
         return None
 
 
-def local_path(root: Path, doc: Mapping[str, Any], recorded: str | None) -> Path | None:
-    """A path a document recorded at run time, inside the folder as it is now (folders move: fixtures, reviews)."""
+def local_path(root: Path, doc: Mapping[str, Any], recorded: str | None,
+               camp: Mapping[str, Any] | None = None) -> Path | None:
+    """A path a document recorded at run time, inside the folder as it is now (folders move: fixtures, reviews, a
+    resumed run in a renamed folder). The campaign report says where it was written (``plan.output_dir``, the
+    folder's campaign/ then), which holds even when the manifest's ``out_dir`` has since moved on."""
     if not recorded:
         return None
-    out_dir = str(doc["out_dir"]).rstrip("/")
-    if recorded.startswith(out_dir + "/"):
-        return root / recorded[len(out_dir) + 1:]
+    prefixes = [(str(doc["out_dir"]).rstrip("/"), root)]
+    if camp is not None and (camp.get("plan") or {}).get("output_dir"):
+        prefixes.insert(0, (str(camp["plan"]["output_dir"]).rstrip("/"), root / "campaign"))
+    for prefix, here in prefixes:
+        if recorded.startswith(prefix + "/"):
+            return here / recorded[len(prefix) + 1:]
     return Path(recorded)
 
 
@@ -101,7 +107,7 @@ def _memory(root: Path, doc: Mapping[str, Any], camp: Mapping[str, Any]) -> list
             "not recorded: the engine's logs do not say what its memory figures are"
         return [*lines, f"Peak memory: {what}; no device-memory figure is stated.", ""]
     for cell in camp["cells"]:
-        path = local_path(root, doc, cell.get("perf_dump_path"))
+        path = local_path(root, doc, cell.get("perf_dump_path"), camp)
         dump = json.loads(path.read_text(encoding="utf-8")) if path and path.is_file() else {}
         for point in (dump.get("memory_checkpoints") or {}).values():
             arm = per_arm.setdefault(cell["arm"], {})

@@ -107,13 +107,13 @@ class Verifier:
         self._statistics(step["document"], camp, cells)
 
     def _judge(self, doc, camp, cell: Cell, task: str, shape: output_check.RequestedShape) -> None:
-        log = render.local_path(self.root, doc, cell.log_path)
-        dump = render.local_path(self.root, doc, cell.perf_dump_path)
+        log = render.local_path(self.root, doc, cell.log_path, camp)
+        dump = render.local_path(self.root, doc, cell.perf_dump_path, camp)
         where = self.rel(log) if log else f"cell {cell.index}"
         if log is None or not log.is_file() or dump is None or not dump.is_file():
             return  # named by the file check already
         arm = camp["campaign"]["arms"][cell.arm]
-        outputs = tuple(render.local_path(self.root, doc, o["path"]) for o in cell.outputs)
+        outputs = tuple(render.local_path(self.root, doc, o["path"], camp) for o in cell.outputs)
         try:
             judged = run_judge.judge(run_judge.JudgeRequest(
                 log=log, engine_version=camp["engine"]["version"], perf_dump=dump,
