@@ -131,3 +131,31 @@ print(errors, av.__file__.startswith({standins!r}), imageio_ffmpeg.__file__.star
 """.format(standins=str(HARNESS / "standins"))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stdout.strip() == "['NotImplementedError', 'NotImplementedError'] True True"
+
+
+def test_carry_list_pins_one_cp312_compatible_wheel_per_project_with_its_hash():
+    """wheels-0.5.23.sha256 is what make_carry.sh downloads and checks: one version of each project (two stop the
+    device's install), each a wheel the H200's Python 3.12 can take, each with a sha256."""
+    projects: dict[str, str] = {}
+    for line in (HARNESS / "wheels-0.5.23.sha256").read_text().splitlines():
+        digest, name = line.split()
+        assert len(digest) == 64 and int(digest, 16) >= 0
+        project, version, *_, python_tag, abi_tag, platform = name.removesuffix(".whl").split("-")
+        assert project not in projects, f"two versions of {project}"
+        projects[project] = version
+        assert python_tag in ("py3", "py2.py3", "cp312", "cp310") and abi_tag in ("none", "abi3", "cp312")
+        assert platform == "any" or "x86_64" in platform
+    assert {"diffusers", "msgspec", "jsonschema", "apache_tvm_ffi"} <= set(projects)
+
+
+def test_harness_runs_from_a_private_copy_and_make_carry_names_the_sglang_platform_tag():
+    """The collecting call re-sends the working tree; the pipeline must not run inside it (12-01 and 12-03 lost two
+    reference rows that way). sglang 0.5.23's wheel is tagged manylinux_2_34, which pip matches only when named."""
+    for script in ("run_h200_0523.sh", "make_carry.sh"):
+        assert subprocess.run(["bash", "-n", str(HARNESS / script)]).returncode == 0
+    run = (HARNESS / "run_h200_0523.sh").read_text()
+    start = run[run.index("    start)"):]
+    assert start.index('cd "$SRC"') < start.index("setsid")
+    assert "R=$SRC" in run
+    carry = (HARNESS / "make_carry.sh").read_text()
+    assert "manylinux_2_34_x86_64" in carry and "sha256sum -c" in carry and "wheels-0.5.23.sha256" in carry

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Produce the evidence kept in tests/fixtures/gpu-h200-0.5.23/campaign on a lent H200 with sglang 0.5.23 (test
 # tooling, not product code). Run from the repository root with carry [.whl] holding the wheels of the packages the
-# machine lacks and sglang-0.5.23-slim.tar.xz (see tests/fixtures/gpu-h200-0.5.23/README.md):
+# machine lacks and sglang-0.5.23-slim.tar.xz, both made here by tests/gpu_harness/make_carry.sh (the list with hashes:
+# wheels-0.5.23.sha256):
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
 # PARTS="campaign profile reference replay warmcold" (default: all) picks what the pipeline runs after the set-up.
 # The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
-R=$PWD
+# The pipeline runs from a private copy (/tmp/harness-src): the device call that collects re-sends the working tree and
+# replaces it, which once removed a running step's working directory (FileNotFoundError from os.getcwd()).
+SRC=/tmp/harness-src
+R=$SRC
 EV=/tmp/ev
 HOLD_S=${HOLD_S:-560}
 STEPS=${STEPS:-28}
@@ -113,6 +117,9 @@ hold() {
 case "${1:-}" in
     start)
         if ! kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null; then
+            rm -rf "$SRC.new" && mkdir -p "$SRC.new" \
+                && tar --exclude=./.git --exclude=./tests/fixtures -cf - . | tar -xf - -C "$SRC.new" \
+                && rm -rf "$SRC" && mv "$SRC.new" "$SRC" && cd "$SRC" || { echo "private copy failed" >&2; exit 1; }
             export -f pipeline
             export EV STEPS MODEL PARTS AA_ROUNDS
             setsid nohup bash -c pipeline >"$EV/pipeline.log" 2>&1 </dev/null &
