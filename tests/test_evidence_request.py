@@ -139,3 +139,26 @@ def test_recorded_paths_map_into_the_folder_where_it_is_now(tmp_path):
     assert str(render.local_path(tmp_path, doc, "/elsewhere/x", camp)) == "/elsewhere/x"
     assert str(render.local_path(tmp_path, doc, "/old/ev-other/x.json", camp)) == "/old/ev-other/x.json"
     assert render.local_path(tmp_path, doc, None, camp) is None
+
+
+def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_hashes_alone(tmp_path):
+    """--extra-args (e.g. --attention-backend torch_sdpa on a Hopper machine without FA3) is allowed with --bcg and
+    reaches the campaign, both profiled requests and the replay's command; without it the request hashes as before."""
+    from sgl_diffusion_bench import presets
+    from sgl_diffusion_bench.evidence import profiling, steps
+
+    plain = _request()
+    assert "common_args" not in plain.to_json()
+    assert request.EvidenceRequest.from_json(plain.to_json()).sha256() == plain.sha256()
+    shared = _request(bcg=True, candidate_args="", common_args="--attention-backend torch_sdpa")
+    assert shared.to_json()["common_args"] == ["--attention-backend", "torch_sdpa"]
+    assert request.EvidenceRequest.from_json(shared.to_json()) == shared
+    assert request.differing_fields(shared.to_json(), _request(bcg=True, candidate_args="").to_json()) == [
+        "common_args"]
+    ctx = steps.Context(root=tmp_path, request=shared, preset=presets.get_preset("tiny-flux-cpu"), caps=None)
+    assert "--extra-args=--attention-backend torch_sdpa" in steps.campaign_command(ctx)
+    for arm in profiling.ARMS:
+        assert profiling._arm_request(ctx, arm).extra_args[:2] == ("--attention-backend", "torch_sdpa")
+    with pytest.raises(contract.UsageError) as refused:
+        _request(common_args="--tp-size 2 --x", candidate_args="--tp-size 4")
+    assert refused.value.code == "evidence.layouts_differ"

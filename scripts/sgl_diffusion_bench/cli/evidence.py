@@ -39,6 +39,9 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--bcg", action="store_true", help="the seed PR's experiment: eager against breakable CUDA graphs")
     p.add_argument("--baseline-args", default="", help="extra engine flags of the baseline, one shell string")
     p.add_argument("--candidate-args", default="", help="extra engine flags of the candidate, one shell string")
+    p.add_argument("--extra-args", default="", help="engine flags both arms share, one shell string (e.g. "
+                                                    "'--attention-backend torch_sdpa' on Hopper without FA3); "
+                                                    "allowed with --bcg")
     p.add_argument("--threshold", type=_runner.bounded_float(0, 100, low_open=True), default=1.5,
                    help="smallest change in percent that counts (default 1.5)")
     p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
@@ -67,7 +70,8 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     asked = request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
                           baseline_args=args.baseline_args, candidate_args=args.candidate_args,
                           threshold_pct=args.threshold, samples=args.samples, budget_requests=args.budget_requests,
-                          model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes)
+                          model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes,
+                          common_args=args.extra_args)
     doc = run.run(Path(args.out), asked)
     return _runner.Result(doc, render_run(doc))
 

@@ -56,8 +56,9 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
     change = ("eager against breakable CUDA graphs (`--enable-breakable-cuda-graph`)" if req["experiment"] == "bcg"
               else f"`{' '.join(req['baseline_args']) or '(preset defaults)'}` against "
                    f"`{' '.join(req['candidate_args'])}`")
-    lines = ["## Claim and verdict", "", f"- Change: {change} on preset `{req['model']}`; a change counts from "
-             f"{req['threshold_pct']:g}%.", f"- Folder state: {doc['state']}."]
+    shared = f" (both arms with `{' '.join(req['common_args'])}`)" if req.get("common_args") else ""
+    lines = ["## Claim and verdict", "", f"- Change: {change}{shared} on preset `{req['model']}`; a change counts "
+             f"from {req['threshold_pct']:g}%.", f"- Folder state: {doc['state']}."]
     comparison = (camp or {}).get("summary", {}).get("comparison") if camp else None
     if not comparison:
         return [*lines, "- Verdict: none (the campaign has not finished).", ""]

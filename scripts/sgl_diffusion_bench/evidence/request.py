@@ -31,6 +31,7 @@ class EvidenceRequest:
     model_cache_root: str | None
     budget_minutes: float | None = None
     profile_timesteps: int = 2
+    common_args: tuple[str, ...] = ()  # engine flags both arms share (--extra-args)
 
     @property
     def budget_rounds(self) -> int:
@@ -41,6 +42,9 @@ class EvidenceRequest:
         doc = dataclasses.asdict(self)
         doc["overrides"] = dict(sorted(self.overrides.items()))
         doc["baseline_args"], doc["candidate_args"] = list(self.baseline_args), list(self.candidate_args)
+        doc["common_args"] = list(self.common_args)
+        if not self.common_args:  # absent when unused: folders made before --extra-args keep their request hash
+            del doc["common_args"]
         return doc
 
     @classmethod
@@ -49,6 +53,7 @@ class EvidenceRequest:
         values = {k: v for k, v in doc.items() if k in fields}
         values["baseline_args"] = tuple(values["baseline_args"])
         values["candidate_args"] = tuple(values["candidate_args"])
+        values["common_args"] = tuple(values.get("common_args", ()))
         return cls(**values)
 
     def sha256(self) -> str:
@@ -57,12 +62,15 @@ class EvidenceRequest:
 
 def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: bool, baseline_args: str,
           candidate_args: str, threshold_pct: float, samples: int, budget_requests: int | None,
-          model_cache_root: str | None, budget_minutes: float | None = None) -> EvidenceRequest:
+          model_cache_root: str | None, budget_minutes: float | None = None,
+          common_args: str = "") -> EvidenceRequest:
     """The normalised request; a UsageError for a change that is not described, or arms of different layouts."""
     try:
         base, cand = tuple(shlex.split(baseline_args)), tuple(shlex.split(candidate_args))
+        common = tuple(shlex.split(common_args))
     except ValueError as exc:
-        raise contract.UsageError("usage.bad_extra_args", f"--baseline-args/--candidate-args do not parse: {exc}",
+        raise contract.UsageError("usage.bad_extra_args", f"--baseline-args/--candidate-args/--extra-args do not "
+                                  f"parse: {exc}",
                                   "quote each as one shell string") from exc
     if bcg and (base or cand):
         raise contract.UsageError("usage.rejected_combination", "--bcg is the eager-vs-BCG experiment: it takes no "
@@ -77,7 +85,7 @@ def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: 
                                   f"round(s) of {4 * samples} requests; the rule needs {MIN_BUDGET_ROUNDS}.."
                                   f"{campaign.MAX_ROUNDS}", f"use --budget-requests {MIN_BUDGET_ROUNDS * 4 * samples} "
                                   "or more")
-    layouts = {"baseline": layout_of(base), "candidate": layout_of(cand)}
+    layouts = {"baseline": layout_of((*common, *base)), "candidate": layout_of((*common, *cand))}
     if layouts["baseline"] != layouts["candidate"]:
         raise contract.UsageError("evidence.layouts_differ", f"the arms run different parallel layouts "
                                   f"({layouts}): a change of layout is not the change under test",
@@ -89,7 +97,7 @@ def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: 
         baseline_args=base, candidate_args=cand, threshold_pct=threshold_pct, samples=samples,
         budget_requests=rounds * 4 * samples,
         model_cache_root=str(Path(model_cache_root).expanduser().resolve()) if model_cache_root else None,
-        budget_minutes=budget_minutes)
+        budget_minutes=budget_minutes, common_args=common)
 
 
 def layout_of(args: Sequence[str]) -> dict[str, str]:
@@ -104,7 +112,7 @@ def layout_of(args: Sequence[str]) -> dict[str, str]:
 
 def parallel_layout(preset: presets.Preset, request: EvidenceRequest) -> dict[str, Any]:
     """The run's layout, part of its identity: GPUs and the degrees the preset and the arms set."""
-    flags = {**layout_of(preset.extra_args), **layout_of(request.baseline_args)}
+    flags = {**layout_of(preset.extra_args), **layout_of((*request.common_args, *request.baseline_args))}
 
     def degree(flag: str) -> int | None:
         value = flags.get(flag)

@@ -86,7 +86,7 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
         cleanup_model_cache=req.model_cache_root is not None,
         stopping=sequential.StoppingRule(req.threshold_pct, req.budget_rounds),
         time_budget_s=req.budget_minutes * 60 if req.budget_minutes else None,
-        request={"model_path": req.model_path, "overrides": dict(req.overrides), "extra_args": []})
+        request={"model_path": req.model_path, "overrides": dict(req.overrides), "extra_args": list(req.common_args)})
     model_path, _ = presets.model_location(ctx.preset, req.model_path, build=False)
     return bench_runner.CampaignRunner(ctx.preset, plan, settings, ctx.caps, environment={}, model_path=model_path,
                                        asset_filenames={a.id: a.filename for a in assets.load_manifest()})
@@ -100,6 +100,8 @@ def campaign_command(ctx: Context) -> str:
             "campaign"]
     if req.budget_minutes:
         argv += ["--budget-minutes", f"{req.budget_minutes:g}"]
+    if req.common_args:
+        argv.append(f"--extra-args={shlex.join(req.common_args)}")
     argv += [f"--arm-{letter}-args={shlex.join(args)}" for letter, args in (("a", req.baseline_args),
                                                                             ("b", req.candidate_args)) if args]
     if req.model_cache_root:
@@ -158,10 +160,12 @@ def bcg_replay_step(ctx: Context) -> Outcome:
                                                                    build=False)[0],
                                  timeout_s=bench_runner.DEFAULT_CELL_TIMEOUT_S,
                                  build_local_model=lambda: presets.model_location(ctx.preset, ctx.request.model_path,
-                                                                                  build=True), echo=False)
+                                                                                  build=True), echo=False,
+                                 extra_args=ctx.request.common_args)
     write_document(folder / "bcg-replay.json", doc)
     command = shlex.join(["python3", "scripts/bench_diffusion_denoise.py", *_model_flags(ctx.request),
-                          "--bcg-replay", "--json"])
+                          "--bcg-replay", *([f"--extra-args={shlex.join(ctx.request.common_args)}"]
+                                            if ctx.request.common_args else []), "--json"])
     return Outcome("done" if doc["ok"] else "failed", None if doc["ok"] else "; ".join(doc["problems"]),
                    ctx.rel(folder / "bcg-replay.json"), command, {"ok": doc["ok"], "problems": doc["problems"]})
 
