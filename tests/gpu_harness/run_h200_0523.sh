@@ -5,7 +5,7 @@
 # wheels-0.5.23.sha256):
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
-# PARTS="campaign profile reference replay warmcold" (default: all) picks what the pipeline runs after the set-up.
+# PARTS="evidence campaign profile reference replay warmcold" (default: all but evidence) picks what the pipeline runs after the set-up.
 # The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
@@ -55,6 +55,12 @@ pipeline() {
     step inspect 200 python3 scripts/diffusion_skill_env.py inspect --json
     step probe 200 python3 scripts/bench_diffusion_denoise.py --probe-engine --json
     has() { case " ${PARTS:-campaign profile reference replay warmcold} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+    # 0. the whole seed experiment as one command: eager vs BCG, A/B/B/A until a verdict (budget 8 requests), identity,
+    # profile pair, trace compare, BCG replay, cleanup ledger, and its own verify (the folder is kept as a fixture)
+    has evidence && step evidence 1500 python3 scripts/collect_pr_evidence.py run --out /tmp/evidence --model flux-1gpu \
+        --model-path "$MODEL" --override num_inference_steps="$STEPS" --bcg --budget-requests 8 \
+        --model-cache-root /tmp/mc-ev --json "--extra-args=--attention-backend torch_sdpa"
+    has evidence && step evidence-verify 300 python3 scripts/collect_pr_evidence.py verify /tmp/evidence --json
     # 1. ours: eager vs BCG, A/B/B/A x 2, warm engines, isolated model cache with its cleanup ledger
     has campaign && step campaign 1500 python3 scripts/bench_diffusion_denoise.py --model flux-1gpu --model-path "$MODEL" \
         --override num_inference_steps="$STEPS" --campaign abba --rounds 2 --engine warm --label h200warm \
@@ -98,6 +104,7 @@ collect() {
     nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
     ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
         $(ls -d bench prof ref replay mc aa 2>/dev/null) 2>/dev/null )
+    [ -d /tmp/evidence ] && ( cd /tmp && tar czf "$OUT/evidence.tgz" --exclude="*.png" evidence && find evidence -name "*.png" | tar czf "$OUT/evidence-png.tgz" -T - ) 2>/dev/null
     ( cd /tmp && find bench -name '*.png' 2>/dev/null | sort | head -2 | tar czf "$OUT/png.tgz" -T - 2>/dev/null )
     cp "$EV/steps.txt" "$OUT/steps.txt" 2>/dev/null
     ls -la "$OUT" >&2
@@ -110,7 +117,8 @@ hold() {
     echo "[h200] hold ends at ${SECONDS}s; pipeline $(kill -0 "$(cat /tmp/pipeline.pid 2>/dev/null)" 2>/dev/null \
         && echo still running || echo finished)" >&2
     tail -n 40 "$EV/steps.txt" >&2
-    grep -h "^\[cell\|^\[engine\|verdict" "$EV"/campaign.err "$EV"/aa-*.err 2>/dev/null | tail -20 >&2
+    grep -h "^\[cell\|^\[engine\|verdict\|^\[evidence" "$EV"/campaign.err "$EV"/aa-*.err "$EV"/evidence.err 2>/dev/null \
+        | tail -30 >&2
     collect
 }
 
