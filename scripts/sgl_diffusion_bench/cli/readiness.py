@@ -21,6 +21,8 @@ EPILOG = """examples:
 def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     parser.add_argument("--model", help="the preset to check (see bench_diffusion_denoise.py --list-models)")
+    parser.add_argument("--model-path", help="the preset's request against this local diffusers pipeline directory "
+                                             "(the model check is then that directory; no hub, no cache)")
     parser.add_argument("--engine-capabilities", default="installed",
                         help="'installed' (probe, cached), 'recent', or an engine.v1 JSON file")
     parser.add_argument("--hub-timeout-s", type=_runner.bounded_float(0, 60, low_open=True),
@@ -54,7 +56,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         raise contract.UsageError("usage.missing_model", "--model is required", f"{TOOL} --model tiny-flux-cpu")
     preset = presets.get_preset(args.model)
     payload = readiness.assess(preset, _caps(args.engine_capabilities), dict(os.environ),
-                               hub_timeout_s=args.hub_timeout_s)
+                               hub_timeout_s=args.hub_timeout_s, model_path=args.model_path)
     doc = contract.envelope("readiness.v1", TOOL, ok=payload["ready"], **payload)
     return _runner.Result(doc, render(payload),
                           exit_code=0 if payload["ready"] else int(contract.ExitCode.PRECONDITION))

@@ -60,10 +60,11 @@ def _model_flags(request: EvidenceRequest) -> list[str]:
 
 
 def readiness_step(ctx: Context) -> Outcome:
-    payload = readiness.assess(ctx.preset, ctx.caps, dict(os.environ))
+    payload = readiness.assess(ctx.preset, ctx.caps, dict(os.environ), model_path=ctx.request.model_path)
     doc = contract.envelope("readiness.v1", "check_readiness", ok=payload["ready"], **payload)
     write_document(ctx.folder("readiness") / "readiness.json", doc)
-    command = shlex.join(["python3", "scripts/check_readiness.py", "--model", ctx.request.model, "--json"])
+    command = shlex.join(["python3", "scripts/check_readiness.py", "--model", ctx.request.model,
+                          *(["--model-path", ctx.request.model_path] if ctx.request.model_path else []), "--json"])
     if not payload["ready"]:
         return Outcome("failed", "; ".join(payload["reasons"]), "readiness/readiness.json", command)
     return Outcome("done", None, "readiness/readiness.json", command, {"ready": True})
