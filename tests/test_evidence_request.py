@@ -180,3 +180,6 @@ def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
     (empty / "model_index.json").write_text("{}")
     given = readiness.assess(preset, caps, offline, model_path=str(empty))
     assert given["checks"]["model"]["ok"] is True and given["hub"]["checked"] is False
+    shown = run_script("check_readiness", "--model", "flux-1gpu", "--model-path", str(empty), "--json",
+                       env=offline)  # the document validates against readiness.v1 (run_script checks it)
+    assert shown.document["checks"]["model"]["ok"] is True

@@ -108,8 +108,8 @@ def local_dir_check(preset: Preset, model_path: str) -> dict[str, Any]:
     """A --model-path directory is ready when it holds a diffusers pipeline (model_index.json)."""
     path, warnings = presets.local_model_dir(model_path, preset, must_exist=False)
     if any(w["code"] == "model.path_missing" for w in warnings):
-        return _check(False, f"--model-path {path} holds no model_index.json", decision="local", path=path)
-    return _check(True, f"--model-path {path} holds a diffusers pipeline", decision="local", path=path)
+        return _check(False, f"--model-path {path} holds no model_index.json", decision="local")
+    return _check(True, f"--model-path {path} holds a diffusers pipeline", decision="local")
 
 
 def disk_check(free_bytes: int | None, what: str, where: Path) -> dict[str, Any]:
