@@ -155,8 +155,12 @@ def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_h
     assert request.EvidenceRequest.from_json(shared.to_json()) == shared
     assert request.differing_fields(shared.to_json(), _request(bcg=True, candidate_args="").to_json()) == [
         "common_args"]
-    ctx = steps.Context(root=tmp_path, request=shared, preset=presets.get_preset("tiny-flux-cpu"), caps=None)
+    from sgl_diffusion_bench import engine_probe
+
+    ctx = steps.Context(root=tmp_path, request=shared, preset=presets.get_preset("tiny-flux-cpu"),
+                        caps=engine_probe.probe_engine().capabilities)
     assert "--extra-args=--attention-backend torch_sdpa" in steps.campaign_command(ctx)
+    assert steps.campaign_runner(ctx).settings.extra_args == ("--attention-backend", "torch_sdpa")
     for arm in profiling.ARMS:
         assert profiling._arm_request(ctx, arm).extra_args[:2] == ("--attention-backend", "torch_sdpa")
     with pytest.raises(contract.UsageError) as refused:

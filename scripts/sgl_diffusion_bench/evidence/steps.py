@@ -82,6 +82,7 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
                          arm_a_args=list(req.baseline_args), arm_b_args=list(req.candidate_args))
     settings = bench_runner.CampaignSettings(
         label="evidence", output_root=output_root, threshold_pct=req.threshold_pct, engine_mode="warm",
+        extra_args=req.common_args,
         warmup_requests=WARMUP_REQUESTS, write_report=False,
         model_cache_root=Path(req.model_cache_root) if req.model_cache_root else None,
         cleanup_model_cache=req.model_cache_root is not None,
