@@ -158,7 +158,7 @@ def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_h
     from sgl_diffusion_bench import engine_probe
 
     ctx = steps.Context(root=tmp_path, request=shared, preset=presets.get_preset("tiny-flux-cpu"),
-                        caps=engine_probe.probe_engine().capabilities)
+                        caps=engine_probe.recent_engine_capabilities())
     assert "--extra-args=--attention-backend torch_sdpa" in steps.campaign_command(ctx)
     assert steps.campaign_runner(ctx).settings.extra_args == ("--attention-backend", "torch_sdpa")
     for arm in profiling.ARMS:
@@ -168,13 +168,14 @@ def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_h
     assert refused.value.code == "evidence.layouts_differ"
 
 
+@pytest.mark.torch  # check_readiness.py probes the installed engine, which the fast lane hides
 def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
     """On the H200 (offline, FLUX.1-dev given as --model-path) readiness refused the model as 'not cached': the
     directory is the model; one without model_index.json is not ready, and the hub is not asked either way."""
     from sgl_diffusion_bench import engine_probe, presets, readiness
 
     preset = presets.get_preset("flux-1gpu")
-    caps = engine_probe.probe_engine().capabilities
+    caps = engine_probe.recent_engine_capabilities()
     offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     empty = tmp_path / "FLUX.1-dev"
     empty.mkdir()
@@ -184,6 +185,7 @@ def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
     (empty / "model_index.json").write_text("{}")
     given = readiness.assess(preset, caps, offline, model_path=str(empty))
     assert given["checks"]["model"]["ok"] is True and given["hub"]["checked"] is False
-    shown = run_script("check_readiness", "--model", "flux-1gpu", "--model-path", str(empty), "--json",
+    shown = run_script("check_readiness", "--model", "flux-1gpu", "--model-path", str(empty), "--engine-capabilities",
+                       "recent", "--json",
                        env=offline)  # the document validates against readiness.v1 (run_script checks it)
     assert shown.document["checks"]["model"]["ok"] is True
