@@ -162,3 +162,21 @@ def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_h
     with pytest.raises(contract.UsageError) as refused:
         _request(common_args="--tp-size 2 --x", candidate_args="--tp-size 4")
     assert refused.value.code == "evidence.layouts_differ"
+
+
+def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
+    """On the H200 (offline, FLUX.1-dev given as --model-path) readiness refused the model as 'not cached': the
+    directory is the model; one without model_index.json is not ready, and the hub is not asked either way."""
+    from sgl_diffusion_bench import engine_probe, presets, readiness
+
+    preset = presets.get_preset("flux-1gpu")
+    caps = engine_probe.probe_engine().capabilities
+    offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    empty = tmp_path / "FLUX.1-dev"
+    empty.mkdir()
+    assert readiness.assess(preset, caps, offline)["checks"]["model"]["ok"] is False
+    missing = readiness.assess(preset, caps, offline, model_path=str(empty))
+    assert missing["checks"]["model"]["ok"] is False and "model_index.json" in missing["checks"]["model"]["reason"]
+    (empty / "model_index.json").write_text("{}")
+    given = readiness.assess(preset, caps, offline, model_path=str(empty))
+    assert given["checks"]["model"]["ok"] is True and given["hub"]["checked"] is False

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import command_builder, contract, engine_process, env, fileio, gpu, hf_settings, model_access
+from . import command_builder, contract, engine_process, env, fileio, gpu, hf_settings, model_access, presets
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -104,6 +104,14 @@ def model_check(access: model_access.Access, hub: Mapping[str, Any], local_copy:
     return _check(True, access.reason + "; the hub is reachable to download it", decision=access.decision)
 
 
+def local_dir_check(preset: Preset, model_path: str) -> dict[str, Any]:
+    """A --model-path directory is ready when it holds a diffusers pipeline (model_index.json)."""
+    path, warnings = presets.local_model_dir(model_path, preset, must_exist=False)
+    if any(w["code"] == "model.path_missing" for w in warnings):
+        return _check(False, f"--model-path {path} holds no model_index.json", decision="local", path=path)
+    return _check(True, f"--model-path {path} holds a diffusers pipeline", decision="local", path=path)
+
+
 def disk_check(free_bytes: int | None, what: str, where: Path) -> dict[str, Any]:
     if free_bytes is None:
         return _check(False, f"{where} has no existing parent to measure", free_bytes=None, path=str(where))
@@ -114,10 +122,12 @@ def disk_check(free_bytes: int | None, what: str, where: Path) -> dict[str, Any]
 
 
 def assess(preset: Preset, caps: EngineCapabilities, environ: Mapping[str, str], *,
-           hub_timeout_s: float = DEFAULT_HUB_TIMEOUT_S, inventory: gpu.Inventory | None = None) -> dict[str, Any]:
-    """Every check for one preset on this machine now; ``ready`` only when all pass."""
+           hub_timeout_s: float = DEFAULT_HUB_TIMEOUT_S, inventory: gpu.Inventory | None = None,
+           model_path: str | None = None) -> dict[str, Any]:
+    """Every check for one preset on this machine now; ``ready`` only when all pass. With ``model_path`` (the
+    --model-path directory) the model is that directory: no hub, no cache."""
     access = model_access.decide(preset, environ)
-    needs_hub = not preset.local_model
+    needs_hub = not preset.local_model and model_path is None
     hub = hub_reachability(environ, hub_timeout_s) if needs_hub else {
         "endpoint": None, "reachable": False, "checked": False, "latency_ms": None, "error": "not needed"}
     local_copy = access.local_copy or (model_access.complete_copy(preset.model, [hf_settings.hub_cache(environ)])
@@ -126,9 +136,10 @@ def assess(preset: Preset, caps: EngineCapabilities, environ: Mapping[str, str],
     checks = {
         "gpus": gpu_check(preset, inventory if inventory is not None else gpu.read_inventory(),
                           lambda uuid: gpu.lease_holder(uuid, gpu.default_lock_dir(dict(environ)))),
-        "model": model_check(access, hub, local_copy),
+        "model": local_dir_check(preset, model_path) if model_path else model_check(access, hub, local_copy),
         "engine": engine_check(preset, caps),
         "disk": disk_check(fileio.free_bytes(where), "model built locally" if preset.local_model else
+                           "the --model-path directory" if model_path else
                            "weights cached" if local_copy else "weights still to download: size known to the hub only",
                            where),
         "assets": assets_check(preset),

@@ -88,7 +88,7 @@ def ensure_writable(root: Path) -> None:
 def preflight(preset: presets.Preset, request: EvidenceRequest, caps: engine_probe.EngineCapabilities
               ) -> dict[str, Any]:
     """Can the request run here? readiness (GPUs, model, engine flags, disk, assets) and a GPU for a BCG arm."""
-    payload = readiness.assess(preset, caps, dict(os.environ))
+    payload = readiness.assess(preset, caps, dict(os.environ), model_path=request.model_path)
     if not payload["ready"]:
         raise contract.PreconditionError("evidence.not_ready", f"{preset.name} cannot run here: "
                                          + "; ".join(payload["reasons"]),
