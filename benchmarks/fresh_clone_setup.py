@@ -70,7 +70,7 @@ def one_run(label: str, root: Path, sha: str, uv_cache: Path) -> dict:
     env = child_env(uv_cache)
     print(f"[{label}] cloning {sha[:10]} into {clone}", file=sys.stderr, flush=True)
     steps = {}
-    run: dict = {"label": label, "uv_cache_empty_at_start": not any(uv_cache.iterdir()),
+    run: dict = {"label": label, "uv_cache_empty_at_start": not any(uv_cache.iterdir()), "uv_cache": str(uv_cache),
                  "load_avg_start": os.getloadavg()}
     for name, argv, cwd in (
         ("clone", ["git", "clone", "-q", "--no-checkout", str(REPO), str(clone)], root),
@@ -117,6 +117,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", default="cold,warm", help="which runs, in order (cold needs to come first): cold,warm")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (its path goes to stderr)")
+    ap.add_argument("--uv-cache", type=Path, help="use this (existing) folder as UV_CACHE_DIR and leave it in place; "
+                    "default: an empty one inside the temporary folder (deleted with it)")
     args = ap.parse_args()
     labels = [x for x in args.runs.split(",") if x]
     if not labels or any(x not in ("cold", "warm") for x in labels):
@@ -129,8 +131,8 @@ def main() -> int:
                                 capture_output=True, text=True).stdout.strip())
     root = Path(tempfile.mkdtemp(prefix="fresh-clone-setup-"))
     (root / MARKER).write_text("made by benchmarks/fresh_clone_setup.py; deleted when it ends\n")
-    uv_cache = root / "uv-cache"
-    uv_cache.mkdir()
+    uv_cache = args.uv_cache.resolve() if args.uv_cache else root / "uv-cache"
+    uv_cache.mkdir(exist_ok=bool(args.uv_cache))
     doc = {
         "schema": "fresh_clone_setup.v1",
         "commit": sha,
