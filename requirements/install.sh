@@ -64,6 +64,10 @@ compile_dirs=()
 for d in sglang/multimodal_gen sglang/srt torch diffusers transformers; do
   [[ -d $site/$d ]] && compile_dirs+=("$site/$d")
 done
+# a few files in those packages do not compile on this Python (compileall then exits 1); the import never loads them
+compile_bytecode() {
+  "$venv/bin/python" -m compileall -q -j 0 "$@" >/dev/null 2>&1 || true
+}
 if [[ ${#compile_dirs[@]} -gt 0 && -z ${PYTHONDONTWRITEBYTECODE:-} ]]; then
-  phase "bytecode compile (engine import set)" "$venv/bin/python" -m compileall -q -j 0 "${compile_dirs[@]}" >/dev/null
+  phase "bytecode compile (engine import set)" compile_bytecode "${compile_dirs[@]}"
 fi
