@@ -61,7 +61,7 @@ phase "bundle install (editable)" "${install[@]}" --no-deps -e "$here/.." >&2
 # imports. Files already compiled are skipped (a rerun takes ~2 s). Where the user forbids bytecode, skipped.
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 compile_dirs=()
-for d in sglang/multimodal_gen sglang/srt torch diffusers transformers; do
+for d in sglang/multimodal_gen sglang/srt; do
   [[ -d $site/$d ]] && compile_dirs+=("$site/$d")
 done
 # a few files in those packages do not compile on this Python (compileall then exits 1); the import never loads them
