@@ -56,18 +56,3 @@ fi
 phase "engine install (no-deps set)" "${install[@]}" --no-deps -r "$nodeps" >&2
 phase "torch + engine imports + tools install" "${install[@]}" "${torch_source[@]}" -c "$here/constraints-cpu.txt" torch==2.13.0 -r "$imports" -r "$here/tools.txt" >&2
 phase "bundle install (editable)" "${install[@]}" --no-deps -e "$here/.." >&2
-# The engine's first import compiles its bytecode on one core (the demo's probe and engine load on a fresh venv: ~25 s
-# of it, benchmarks/fresh_clone_setup.py); compiled here on every core instead, over the packages the diffusion path
-# imports. Files already compiled are skipped (a rerun takes ~2 s). Where the user forbids bytecode, skipped.
-site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-compile_dirs=()
-for d in sglang/multimodal_gen sglang/srt; do
-  [[ -d $site/$d ]] && compile_dirs+=("$site/$d")
-done
-# a few files in those packages do not compile on this Python (compileall then exits 1); the import never loads them
-compile_bytecode() {
-  "$venv/bin/python" -m compileall -q -j 0 "$@" >/dev/null 2>&1 || true
-}
-if [[ ${#compile_dirs[@]} -gt 0 && -z ${PYTHONDONTWRITEBYTECODE:-} ]]; then
-  phase "bytecode compile (engine import set)" compile_bytecode "${compile_dirs[@]}"
-fi
