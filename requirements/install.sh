@@ -39,10 +39,14 @@ if [[ -z $uv ]]; then
   boot=$here/../.cache/uv-bootstrap
   # pip's own notes about this machine's pip config (e.g. "Location 'file:///...' is ignored" for an extra index
   # that has no uv) say nothing about the install: shown only when the bootstrap fails
-  if [[ ! -x $boot/bin/uv ]] && ! boot_log=$(PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv 2>&1); then
-    printf '%s\n' "$boot_log" >&2
-    echo "install.sh: could not install uv; using pip (slower)" >&2
-  fi
+  # bootstrap_uv: installs uv into $boot with pip (one set-up phase, timed like the others)
+  bootstrap_uv() {
+    if ! boot_log=$(PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv 2>&1); then
+      printf '%s\n' "$boot_log" >&2
+      echo "install.sh: could not install uv; using pip (slower)" >&2
+    fi
+  }
+  [[ -x $boot/bin/uv ]] || phase "uv bootstrap (pip install uv)" bootstrap_uv
   [[ -x $boot/bin/uv ]] && uv=$boot/bin/uv
 fi
 if [[ -n $uv ]]; then
