@@ -9,7 +9,8 @@ bundle's `[progress] <phase>: done in X s` (import check, probe, engine load, wa
 of clone, setup and demo. Prints one JSON document on stdout (human text on stderr); a failed step makes it exit 1
 with that step's tail of stderr in the document and no totals for the run it broke.
 
-It never touches the shared default uv cache (nor pip's): the only thing it deletes is its own temporary folder.
+It never touches the shared default uv cache (nor pip's): it deletes only its own temporary folder and the lock files
+the engine left in the temp folder for model paths inside it.
 uv itself is bootstrapped by install.sh into each clone's .cache/ when it is not on PATH (pip's cache serves it).
 
   .venv/bin/python benchmarks/fresh_clone_setup.py > benchmarks/results/fresh_clone_setup.json
@@ -113,6 +114,13 @@ def one_run(label: str, root: Path, sha: str, uv_cache: Path) -> dict:
     return run
 
 
+def engine_locks(root: Path) -> list[Path]:
+    """The lock files the engine leaves in the temp folder for each model path it loads (named <hash>-<the path with
+    '/' as '-'>.lock): those naming a path under our own temporary folder are ours to delete."""
+    tag = str(root).replace("/", "-") + "-"
+    return [p for p in Path(tempfile.gettempdir()).glob("*.lock") if tag in p.name and p.is_file()]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", default="cold,warm", help="which runs, in order (cold needs to come first): cold,warm")
@@ -155,6 +163,8 @@ def main() -> int:
             print(f"kept {root}", file=sys.stderr)
         elif (root / MARKER).is_file():
             shutil.rmtree(root, ignore_errors=True)
+            for lock in engine_locks(root):
+                lock.unlink(missing_ok=True)
     doc["ok"] = len(doc["runs"]) == len(labels) and all(r["ok"] for r in doc["runs"])
     print(json.dumps(doc, indent=2))
     return 0 if doc["ok"] else 1
