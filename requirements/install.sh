@@ -16,6 +16,16 @@ if [[ ! -f $nodeps || ! -f $imports ]]; then
   exit 2
 fi
 python=${PYTHON:-python3}
+# phase NAME CMD...: runs one set-up phase, then says on stderr how long it took (issue 26, build 1)
+phase() {
+  local name=$1 t0 t1
+  shift
+  t0=$(date +%s.%N)
+  echo "install.sh: $name ..." >&2
+  "$@"
+  t1=$(date +%s.%N)
+  awk -v n="$name" -v a="$t0" -v b="$t1" 'BEGIN { printf "install.sh: %s done in %.1f s\n", n, b - a }' >&2
+}
 # Where a CPU torch wheel lies: this machine keeps torch 2.13.0+cpu in /opt/wheels (PyPI's torch is a CUDA build);
 # elsewhere the PyTorch CPU index. Override with TORCH_FIND_LINKS=<dir> or TORCH_INDEX=<url>.
 torch_source=()
@@ -29,20 +39,24 @@ if [[ -z $uv ]]; then
   boot=$here/../.cache/uv-bootstrap
   # pip's own notes about this machine's pip config (e.g. "Location 'file:///...' is ignored" for an extra index
   # that has no uv) say nothing about the install: shown only when the bootstrap fails
-  if [[ ! -x $boot/bin/uv ]] && ! boot_log=$(PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv 2>&1); then
-    printf '%s\n' "$boot_log" >&2
-    echo "install.sh: could not install uv; using pip (slower)" >&2
-  fi
+  # bootstrap_uv: installs uv into $boot with pip (one set-up phase, timed like the others)
+  bootstrap_uv() {
+    if ! boot_log=$(PIP_ROOT_USER_ACTION=ignore "$python" -m pip install -q --disable-pip-version-check --target "$boot" uv 2>&1); then
+      printf '%s\n' "$boot_log" >&2
+      echo "install.sh: could not install uv; using pip (slower)" >&2
+    fi
+  }
+  [[ -x $boot/bin/uv ]] || phase "uv bootstrap (pip install uv)" bootstrap_uv
   [[ -x $boot/bin/uv ]] && uv=$boot/bin/uv
 fi
 if [[ -n $uv ]]; then
   # --seed: the venv gets pip like one made by python -m venv (users and .ci/wheel-selftest expect it)
-  [[ -x $venv/bin/python ]] || "$uv" venv -q --seed --python "$python" "$venv" >&2
+  [[ -x $venv/bin/python ]] || phase "venv creation" "$uv" venv -q --seed --python "$python" "$venv" >&2
   install=("$uv" pip install -q --python "$venv/bin/python")
 else
-  [[ -x $venv/bin/python ]] || "$python" -m venv "$venv" >&2
+  [[ -x $venv/bin/python ]] || phase "venv creation" "$python" -m venv "$venv" >&2
   install=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 fi
-"${install[@]}" --no-deps -r "$nodeps" >&2
-"${install[@]}" "${torch_source[@]}" -c "$here/constraints-cpu.txt" torch==2.13.0 -r "$imports" -r "$here/tools.txt" >&2
-"${install[@]}" --no-deps -e "$here/.." >&2
+phase "engine install (no-deps set)" "${install[@]}" --no-deps -r "$nodeps" >&2
+phase "torch + engine imports + tools install" "${install[@]}" "${torch_source[@]}" -c "$here/constraints-cpu.txt" torch==2.13.0 -r "$imports" -r "$here/tools.txt" >&2
+phase "bundle install (editable)" "${install[@]}" --no-deps -e "$here/.." >&2
