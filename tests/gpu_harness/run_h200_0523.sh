@@ -104,7 +104,11 @@ collect() {
     nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
     ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
         $(ls -d bench prof ref replay mc aa 2>/dev/null) 2>/dev/null )
-    [ -d /tmp/evidence ] && ( cd /tmp && tar czf "$OUT/evidence.tgz" --exclude="*.png" evidence && find evidence -name "*.png" | tar czf "$OUT/evidence-png.tgz" -T - ) 2>/dev/null
+    # the evidence folder in 15 MB pieces (a file that comes back is at most 16 MiB; the profile's trace alone was 31.6
+    # MB): everything but the outputs, plus the plot; then one output image (`cat evidence.tgz.* | tar xz`)
+    [ -d /tmp/evidence ] && ( cd /tmp && find evidence -type f \( ! -name '*.png' -o -name evidence-plot.png \) \
+        | tar czf - -T - | split -b 15M - "$OUT/evidence.tgz." \
+        && find evidence/campaign -name '*.png' | sort | head -1 | tar czf "$OUT/evidence-output.tgz" -T - ) 2>/dev/null
     ( cd /tmp && find bench -name '*.png' 2>/dev/null | sort | head -2 | tar czf "$OUT/png.tgz" -T - 2>/dev/null )
     cp "$EV/steps.txt" "$OUT/steps.txt" 2>/dev/null
     ls -la "$OUT" >&2
