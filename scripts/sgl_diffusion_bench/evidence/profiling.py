@@ -25,7 +25,7 @@ def _arm_request(ctx: Context, arm: str) -> profile_run.ProfileRequest:
         label=f"evidence-{arm}", output_root=ctx.folder("profile"), model_path=req.model_path,
         num_profiled_timesteps=req.profile_timesteps, all_stages=True,
         breakable_cuda_graph=req.experiment == "bcg" and arm == "candidate",
-        extra_args=(*req.common_args, *(req.baseline_args if arm == "baseline" else req.candidate_args)))
+        extra_args=req.arm_args(arm))
 
 
 def _arm_command(ctx: Context, arm: str) -> str:

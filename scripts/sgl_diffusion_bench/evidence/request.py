@@ -42,10 +42,13 @@ class EvidenceRequest:
         doc = dataclasses.asdict(self)
         doc["overrides"] = dict(sorted(self.overrides.items()))
         doc["baseline_args"], doc["candidate_args"] = list(self.baseline_args), list(self.candidate_args)
-        doc["common_args"] = list(self.common_args)
-        if not self.common_args:  # absent when unused: folders made before --extra-args keep their request hash
-            del doc["common_args"]
+        if doc.pop("common_args"):  # absent when unused: folders made before --extra-args keep their request hash
+            doc["common_args"] = list(self.common_args)
         return doc
+
+    def arm_args(self, arm: str) -> tuple[str, ...]:
+        """The extra engine flags one arm ("baseline" or "candidate") runs with: the shared ones, then its own."""
+        return (*self.common_args, *(self.baseline_args if arm == "baseline" else self.candidate_args))
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "EvidenceRequest":
@@ -112,7 +115,7 @@ def layout_of(args: Sequence[str]) -> dict[str, str]:
 
 def parallel_layout(preset: presets.Preset, request: EvidenceRequest) -> dict[str, Any]:
     """The run's layout, part of its identity: GPUs and the degrees the preset and the arms set."""
-    flags = {**layout_of(preset.extra_args), **layout_of((*request.common_args, *request.baseline_args))}
+    flags = {**layout_of(preset.extra_args), **layout_of(request.arm_args("baseline"))}
 
     def degree(flag: str) -> int | None:
         value = flags.get(flag)

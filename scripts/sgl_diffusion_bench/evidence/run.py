@@ -118,13 +118,13 @@ def run(root: Path, request: EvidenceRequest) -> dict[str, Any]:
     existing = check_folder(root, request)
     check_writable(root)
     caps = engine_probe.probe_engine().capabilities
-    preflight(preset, request, caps)
+    ready = preflight(preset, request, caps)
     ensure_writable(root)
     doc = existing or manifest.new_manifest(root, request.to_json(), request.sha256())
     doc.update(out_dir=str(root.resolve()), versions={"tool": contract.tool_info(manifest.TOOL)["version"],
                                                       "engine": caps.version, "engine_dir": caps.package_dir},
                machine=_machine(), layout=parallel_layout(preset, request), state="running", interrupted_step=None)
-    ctx = steps.Context(root=root.resolve(), request=request, preset=preset, caps=caps)
+    ctx = steps.Context(root=root.resolve(), request=request, preset=preset, caps=caps, readiness=ready)
     redo = False
     for name in manifest.STEPS:
         record = manifest.step(doc, name)

@@ -5,13 +5,12 @@ why and is recorded as skipped."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 from pathlib import Path
 from typing import Any, Callable
 
 from .. import (assets, bcg_replay, bench_runner, campaign, campaign_session, contract, engine_probe, fileio, gpu,
-                model_cache, presets, readiness, sequential)
+                model_cache, presets, sequential)
 from ..presets import Preset
 from .request import EvidenceRequest
 
@@ -29,12 +28,14 @@ class Outcome:
 
 @dataclasses.dataclass
 class Context:
-    """What every step reads: the folder, the request, the preset as customised, the engine, earlier results."""
+    """What every step reads: the folder, the request, the preset as customised, the engine, the preflight's
+    readiness payload (assessed once per run), earlier results."""
 
     root: Path
     request: EvidenceRequest
     preset: Preset
     caps: engine_probe.EngineCapabilities
+    readiness: dict[str, Any] = dataclasses.field(default_factory=dict)
     results: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def folder(self, step: str) -> Path:
@@ -60,7 +61,7 @@ def _model_flags(request: EvidenceRequest) -> list[str]:
 
 
 def readiness_step(ctx: Context) -> Outcome:
-    payload = readiness.assess(ctx.preset, ctx.caps, dict(os.environ), model_path=ctx.request.model_path)
+    payload = ctx.readiness
     doc = contract.envelope("readiness.v1", "check_readiness", ok=payload["ready"], **payload)
     write_document(ctx.folder("readiness") / "readiness.json", doc)
     command = shlex.join(["python3", "scripts/check_readiness.py", "--model", ctx.request.model,
