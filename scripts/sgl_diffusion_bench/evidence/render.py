@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, report, steady_state
+from .. import contract, engine_overlap, report, steady_state
 from ..cell import Cell
 from . import manifest, plot
 
@@ -73,6 +73,7 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
                      f"{comparison['candidate_arm']}, {over}).")
     stopping = camp["campaign"]["stopping"]
     lines.append(f"- Rule: {stopping.get('description', stopping['rule'])}; rounds run {stopping['rounds_run']}.")
+    lines += filter(None, [engine_overlap.summary_line(camp.get("engines") or {})])
     if comparison.get("next_step"):
         lines.append(f"- Next step: {comparison['next_step']}")
     return [*lines, *_first_requests(camp), ""]
