@@ -10,7 +10,9 @@ otherwise engines alternate in blocks of consecutive slots, restarting between b
 and warmed the way a cold cell is (the same flags, so the same startup warmup), then serves ``warmup_requests``
 uncounted warm-up requests for each distinct request it will serve (a cold cell warms on its own request), then the
 measured ones. Every measured request is judged by the same code as a cold cell
-(``request_path.judge_request``), on its own log segment, perf dump and output.
+(``request_path.judge_request``), on its own log segment, perf dump and output. Where the other engines fit beside the
+first (engine_overlap.py: on a GPU by default), they are launched as soon as the first has loaded and finished before
+the first measured request, so their loads overlap its warm-up but never a measured request.
 """
 
 from __future__ import annotations

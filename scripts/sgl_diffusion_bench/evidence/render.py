@@ -202,6 +202,8 @@ def doc_command(doc: Mapping[str, Any]) -> str:
         argv += ["--budget-minutes", f"{req['budget_minutes']:g}"]
     if req["model_cache_root"]:
         argv += ["--model-cache-root", req["model_cache_root"]]
+    if req.get("engine_overlap"):  # absent at its default, auto
+        argv += ["--engine-overlap", req["engine_overlap"]]
     return shlex.join(argv)
 
 
