@@ -41,8 +41,8 @@ def decide(mode: str, *, engines: int, schedule: str, on_gpu: bool, first_bytes:
     elif schedule == "alternating_blocks":
         doc["reason"] = "--warm-schedule alternating_blocks: one engine resident at a time"
     elif mode == "auto" and not on_gpu:
-        doc["reason"] = ("CPU: engines loading side by side would share the host's cores (--engine-overlap on "
-                         "overlaps here too)")
+        doc["reason"] = ("CPU: engines loading side by side would share the host's cores; --engine-overlap on "
+                         "overlaps here too")
     elif need is None or available_bytes is None:
         doc["reason"] = "memory could not be measured: engines start one after the other to be safe"
     elif available_bytes < need:
