@@ -69,13 +69,17 @@ def render_run(doc: dict) -> str:
     return "\n".join(lines + [f"next: python3 scripts/collect_pr_evidence.py verify {doc['out_dir']}"])
 
 
+def request_of(args: argparse.Namespace) -> request.EvidenceRequest:
+    """The typed request of a parsed ``run`` command line (also how a folder's reproduce command is checked)."""
+    return request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
+                         baseline_args=args.baseline_args, candidate_args=args.candidate_args,
+                         threshold_pct=args.threshold, samples=args.samples, budget_requests=args.budget_requests,
+                         model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes,
+                         common_args=args.extra_args, engine_overlap=args.engine_overlap)
+
+
 def _run(args: argparse.Namespace) -> _runner.Result:
-    asked = request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
-                          baseline_args=args.baseline_args, candidate_args=args.candidate_args,
-                          threshold_pct=args.threshold, samples=args.samples, budget_requests=args.budget_requests,
-                          model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes,
-                          common_args=args.extra_args, engine_overlap=args.engine_overlap)
-    doc = run.run(Path(args.out), asked)
+    doc = run.run(Path(args.out), request_of(args))
     return _runner.Result(doc, render_run(doc))
 
 

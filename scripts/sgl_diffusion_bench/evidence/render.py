@@ -196,6 +196,8 @@ def doc_command(doc: Mapping[str, Any]) -> str:
         argv.append("--bcg")
     argv += [f"--{side}-args={shlex.join(req[f'{side}_args'])}" for side in ("baseline", "candidate")
              if req[f"{side}_args"]]
+    if req.get("common_args"):  # absent when unused
+        argv.append(f"--extra-args={shlex.join(req['common_args'])}")
     argv += ["--threshold", f"{req['threshold_pct']:g}", "--samples", str(req["samples"]), "--budget-requests",
              str(req["budget_requests"])]
     if req["budget_minutes"]:
