@@ -25,7 +25,7 @@ def test_an_answered_probe_is_kept_and_a_foreign_environment_closes_it(tmp_path)
     kept, _ = probe_interpreter._kept[sys.executable]
     assert kept.alive and "PROBED" in (tmp_path / "probe.log").read_text()
     # the adapter's switches (read at interpreter start) differ: not taken over, and the process is gone
-    assert probe_interpreter.adopt(sys.executable, "e1", [], {**env, "SGL_DIFFUSION_BENCH_CPU_ADAPTER_OFF": "b0"},
+    assert probe_interpreter.adopt(sys.executable, "e1", [], {**env, "DIFFUSION_BENCH_CPU_ADAPTER_DISABLE": "b0"},
                                    tmp_path / "engine.log") is None
     assert kept.process.poll() == 0 and sys.executable not in probe_interpreter._kept
 
