@@ -6,14 +6,12 @@ facts. Where the reference leaves a detail unknown the preset lists it in ``unkn
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
-from . import assets, contract, datafile, paths, progress
+from . import assets, contract, datafile, paths
 
 PRESETS_FILE = paths.DATA_DIR / "presets.yaml"
 SCHEMA_ID = "presets.v1"
@@ -275,24 +273,3 @@ def model_location(preset: Preset, model_path: str | None, *, build: bool) -> tu
     missing = not build and not (path / "model_index.json").is_file()
     return str(path), [{"code": "model.not_built", "message": f"{path} does not exist yet; a real run builds it "
                         "first (tiny_model.ensure_tiny_flux)"}] if missing else []
-
-
-def build_local_models_early(selected: Sequence[Preset], model_path: str | None) -> Callable[[], None]:
-    """Start building the local models of ``selected`` that are missing, in a thread (the build runs in a child
-    process, so it overlaps the engine probe's import on another core); returns the join. A failure here is left to
-    the real build (``model_location(..., build=True)`` when the campaign starts), which reports it in its place."""
-    if model_path or not any(p.local_model for p in selected):
-        return lambda: None
-    missing = [p for p in selected if p.local_model and model_location(p, None, build=False)[1]]
-    if not missing:
-        return lambda: None
-
-    def build() -> None:
-        with contextlib.suppress(Exception), progress.phase("building the local model(s) beside the probe",
-                                                            ", ".join(p.name for p in missing)):
-            for preset in missing:
-                model_location(preset, None, build=True)
-
-    thread = threading.Thread(target=build, name="local-model-build", daemon=True)
-    thread.start()
-    return thread.join
