@@ -123,7 +123,16 @@ def probe_then_build(code: str) -> int:
     return main(build["argv"])
 
 
+def _exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown once the engine is shut down (EXIT said): multiprocessing's exit
+    handler would join the scheduler process sglang's shutdown leaves running, ~10 s on 2 cores before the first
+    report could be written; the caller stops the whole process group after this exit, that process included."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--probe"]:
-        sys.exit(probe_then_build(sys.argv[2]))
-    sys.exit(main(sys.argv[1:]))
+    _exit_now(probe_then_build(sys.argv[2]) if sys.argv[1:2] == ["--probe"] else main(sys.argv[1:]))
