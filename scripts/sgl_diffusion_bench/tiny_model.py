@@ -8,17 +8,14 @@ hand-made tokenizer vocabulary), and atomic: built in a temporary sibling direct
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
 
-from . import bench_env, contract, engine_process, env, progress
+from . import bench_env, contract, engine_process, env
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
@@ -144,23 +141,3 @@ def local_model_path(name: str, build: bool) -> Path:
     if build:
         return ensure_tiny_flux()
     return default_cache_dir() / NATIVE_NAME
-
-
-def build_early(selected: Iterable[Any], model_path: str | None) -> Callable[[], None]:
-    """Start building the missing local models of the ``selected`` presets in a thread (the build is a child
-    process, so it overlaps the engine probe's import on another core); returns the join. A failure here is left to
-    the real build (``presets.model_location(..., build=True)`` as the campaign starts), which reports it there."""
-    names = [] if model_path else sorted({p.local_model for p in selected if p.local_model})
-    missing = [n for n in names if not (local_model_path(n, False) / "model_index.json").is_file()]
-    if not missing:
-        return lambda: None
-
-    def build() -> None:
-        with contextlib.suppress(Exception), progress.phase("building the local model(s) beside the probe",
-                                                            ", ".join(missing)):
-            for name in missing:
-                local_model_path(name, True)
-
-    thread = threading.Thread(target=build, name="local-model-build", daemon=True)
-    thread.start()
-    return thread.join

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode, engine_probe,
                env, gpu, model_access, model_cache, nightly, presets, readiness, report, selftest,
-               sequential, tiny_model, warm_campaign)
+               sequential, warm_campaign)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -320,11 +320,7 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 
 
 def _run(args: argparse.Namespace) -> _runner.Result:
-    built = tiny_model.build_early(selected_presets(args), args.model_path)  # beside the probe's import
-    try:
-        caps = engine_capabilities(args, keep_interpreter=args.engine != "cold")  # a warm engine imports sglang once
-    finally:
-        built()
+    caps = engine_capabilities(args, keep_interpreter=args.engine != "cold")  # a warm engine imports sglang once
     runners = []
     # Every command first: a refusal comes before anything heavy (torch, NVML, a model build) and before any run.
     for preset in selected_presets(args):
