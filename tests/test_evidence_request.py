@@ -189,3 +189,21 @@ def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
                        "recent", "--json",
                        env=offline)  # the document validates against readiness.v1 (run_script checks it)
     assert shown.document["checks"]["model"]["ok"] is True
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"bcg": True, "candidate_args": "", "common_args": "--attention-backend torch_sdpa",
+         "model_path": "/models/FLUX.1-dev", "engine_overlap": "off"},
+    {"overrides": ["num_inference_steps=2"], "budget_minutes": 5.0}])
+def test_the_folders_reproduce_command_asks_for_the_same_request(changes):
+    """EVIDENCE.md's "how to reproduce" line, parsed by the CLI itself, must hash as the folder's request (it once
+    left out --extra-args, so the H200 seed experiment's line ran without its attention backend)."""
+    import shlex
+
+    from sgl_diffusion_bench.cli import evidence as evidence_cli
+
+    asked = _request(**changes)
+    argv = shlex.split(render.doc_command({"request": asked.to_json()}))
+    assert argv[:3] == ["python3", "scripts/collect_pr_evidence.py", "run"]
+    again = evidence_cli.request_of(evidence_cli.build_parser().parse_args(argv[2:]))
+    assert again.sha256() == asked.sha256() and again.to_json() == asked.to_json()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import warm_campaign, warm_grouping
+from sgl_diffusion_bench import engine_overlap, engine_starts, warm_grouping
 from sgl_diffusion_bench.cell import Cell
 from sgl_diffusion_bench.cli import _runner
 
@@ -118,14 +118,54 @@ def _cell(index, engine, first, value, arm="a"):
 def test_the_first_measured_request_is_compared_with_the_rest_of_its_engine():
     slow_first = [_cell(0, "e1", True, 130.0), _cell(1, "e1", False, 100.0), _cell(2, "e1", False, 101.0),
                   _cell(3, "e1", False, 99.0)]
-    row, = warm_campaign.first_measured_effect(slow_first, "e2e_ms", 1.5)
+    row, = engine_starts.first_measured_effect(slow_first, "e2e_ms", 1.5)
     assert row["differs"] and row["deviation_pct"] == pytest.approx(30.0) and row["others_median"] == 100.0
     like_the_rest = [_cell(0, "e1", True, 100.5), *slow_first[1:]]
-    assert warm_campaign.first_measured_effect(like_the_rest, "e2e_ms", 1.5)[0]["differs"] is False
+    assert engine_starts.first_measured_effect(like_the_rest, "e2e_ms", 1.5)[0]["differs"] is False
     # another arm on the same engine (more steps) is not what the first request is compared with
     shared = [*like_the_rest, _cell(4, "e1", False, 200.0, arm="b"), _cell(5, "e1", False, 201.0, arm="b")]
-    row, = warm_campaign.first_measured_effect(shared, "e2e_ms", 1.5)
+    row, = engine_starts.first_measured_effect(shared, "e2e_ms", 1.5)
     assert row["others_median"] == 100.0 and row["differs"] is False
+
+
+GIB = 1024 ** 3
+
+
+@pytest.mark.parametrize("mode, engines, schedule, on_gpu, first, free, overlapped, reason", [
+    ("auto", 2, "auto", True, 26 * GIB, 113 * GIB, True, "fit beside the first: need 52.00 GiB"),
+    ("auto", 2, "auto", True, 26 * GIB, 40 * GIB, False, "not enough free memory for 2 engines at once: need "
+                                                         "52.00 GiB (2 x the first engine's 26.00 GiB after load), "
+                                                         "free 40.00 GiB"),
+    ("auto", 2, "auto", False, 1 * GIB, 20 * GIB, False, "CPU: engines loading side by side"),
+    ("on", 2, "auto", False, 1 * GIB, 20 * GIB, True, "fit beside the first"),
+    ("on", 2, "interleaved", False, 1 * GIB, 20 * GIB, True, "fit beside the first"),
+    ("on", 2, "alternating_blocks", True, 1 * GIB, 20 * GIB, False, "--warm-schedule alternating_blocks"),
+    ("off", 2, "auto", True, 1 * GIB, 100 * GIB, False, "--engine-overlap off"),
+    ("on", 1, "auto", True, 1 * GIB, 100 * GIB, False, "one engine configuration"),
+    ("on", 2, "auto", True, None, 100 * GIB, False, "memory could not be measured"),
+    ("on", 2, "auto", True, 1 * GIB, None, False, "memory could not be measured"),
+    ("on", 3, "auto", True, 10 * GIB, 39 * GIB, False, "need 40.00 GiB"),  # two others, twice the first each
+])
+def test_the_overlap_decision_and_its_reason(mode, engines, schedule, on_gpu, first, free, overlapped, reason):
+    doc = engine_overlap.decide(mode, engines=engines, schedule=schedule, on_gpu=on_gpu, first_bytes=first,
+                                available_bytes=free)
+    assert doc["overlapped"] is overlapped and reason in doc["reason"], doc
+    assert doc["mode"] == mode and doc["memory_kind"] == ("device" if on_gpu else "process_rss")
+
+
+def test_engine_spans_that_cross_overlap_and_spans_that_touch_do_not():
+    spans = {"e1": (0.0, 10.0), "e2": (4.0, 12.0), "e3": (12.0, 20.0)}
+    assert engine_overlap.overlapping(spans) == {"e1": ["e2"], "e2": ["e1"], "e3": []}
+    starts = [{"id": "e1", "overlapped_with": ["e2"], "load_s": 5.0, "warmup_s": 7.25},
+              {"id": "e2", "overlapped_with": ["e1"], "load_s": 6.5, "warmup_s": 1.0}]
+    engines = {"overlap": {"reason": "they fit"}, "starts": starts, "grouping": {"engine_configurations": 2}}
+    assert engine_overlap.summary_line(engines) == (
+        "- Engine overlap: e1 with e2 started side by side (they fit); measured from each engine's own log: e1 load "
+        "5.0 s + warm-up 7.2 s; e2 load 6.5 s + warm-up 1.0 s. No measured request ran while an engine was loading.")
+    alone = {**engines, "starts": [{**s, "overlapped_with": []} for s in starts], "overlap": {"reason": "--x"}}
+    assert engine_overlap.summary_line(alone) == "- Engine overlap: none (--x)."
+    assert engine_overlap.summary_line({**engines, "grouping": {"engine_configurations": 1}}) is None
+    assert engine_overlap.summary_line({"starts": starts}) is None  # a report made before the decision existed
 
 
 CLI_MODULES = ["bench", "cache", "compare", "env", "profile", "report", "trace"]

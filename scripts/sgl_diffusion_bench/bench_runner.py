@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_mode, engine_process, env,
-               fileio, host_load, log_markers, model_cache, presets, report, request_path, run_claim, run_record,
+from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_mode, engine_process,
+               engine_starts, env, fileio, host_load, log_markers, model_cache, presets, report, request_path, run_claim, run_record,
                sequential, stats, validity, warm_campaign)
 from .cell import Cell, Report
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
@@ -62,6 +62,7 @@ class CampaignSettings:
     engine_mode: str | None = None  # cold: a process per cell; warm: resident engines; None: engine_mode's default
     warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
     warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
+    engine_overlap: str = "auto"  # warm mode: load the next engine beside the first's warm-up (engine_overlap.py)
     stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known
     time_budget_s: float | None = None  # --until-verdict: no further round once this many seconds have passed
     request: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # model_path, overrides, extra_args asked for
@@ -413,8 +414,8 @@ class CampaignRunner:
                   "invocations": [inv.to_json() for inv in self.invocations]},
             cells=[c.to_json() for c in self.cells], summary=summary, warnings=self.warnings)
         doc["engines"] = {**(self._warm.to_json() if self._warm is not None else
-                             warm_campaign.cold_engines_block(self.cells, self.settings.primary_metric,
-                                                              self.settings.threshold_pct)), "choice": self.engine_mode}
+                             engine_starts.cold_engines_block(self.cells, self.settings.primary_metric,
+                                                             self.settings.threshold_pct)), "choice": self.engine_mode}
         if self.cleanup_entry is not None:
             doc["cleanup"] = self.cleanup_entry
         return doc

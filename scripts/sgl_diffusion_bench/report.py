@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import perf_compare, steady_state
+from . import engine_overlap, perf_compare, steady_state
 from .cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
@@ -171,7 +171,7 @@ def _engines(engines: Mapping[str, Any]) -> list[str]:
     if engines.get("order"):
         line += "; requests in order: " + ", ".join(f"{r['position'] or r['arm']} on {r['engine']}"
                                                     for r in engines["order"])
-    return [line + "."]
+    return [line + ".", *filter(None, [engine_overlap.summary_line(engines)])]
 
 
 def _ms(value: float | None) -> str:

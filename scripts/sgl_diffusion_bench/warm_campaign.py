@@ -10,71 +10,28 @@ otherwise engines alternate in blocks of consecutive slots, restarting between b
 and warmed the way a cold cell is (the same flags, so the same startup warmup), then serves ``warmup_requests``
 uncounted warm-up requests for each distinct request it will serve (a cold cell warms on its own request), then the
 measured ones. Every measured request is judged by the same code as a cold cell
-(``request_path.judge_request``), on its own log segment, perf dump and output.
+(``request_path.judge_request``), on its own log segment, perf dump and output. Where the other engines fit beside the
+first (engine_overlap.py: on a GPU by default), they are launched as soon as the first has loaded and finished before
+the first measured request, so their loads overlap its warm-up but never a measured request.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from . import (command_builder, contract, engine_args, host_load, memory_evidence, output_check, probe_interpreter,
+from . import (command_builder, contract, engine_args, engine_overlap, host_load, output_check, probe_interpreter,
                progress, request_path, warm_engine, warm_grouping)
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
+from .engine_starts import EngineStart, engines_block
 
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
 SCHEDULES = ("auto", "interleaved", "alternating_blocks")  # auto: interleaved when every engine fits at once
 BoundarySample = tuple[list[dict[str, Any]], Callable[[], dict[str, Any]]]  # foreign GPU processes, host sample
-
-
-@dataclasses.dataclass
-class EngineStart:
-    """One start of one engine configuration: what it cost and what it served."""
-
-    id: str
-    key_index: int
-    arms: list[str]
-    argv: list[str]
-    log_path: Path
-    started_at: str
-    load_s: float | None = None
-    warmup_s: float = 0.0
-    warmup_requests: int = 0
-    measured_s: float = 0.0
-    measured_requests: int = 0
-    shutdown_s: float | None = None
-    wall_s: float | None = None
-    memory_bytes: int | None = None
-    memory_kind: str = "process_rss"  # what memory_bytes measured: the group's RSS, or used device memory (NVML)
-    status: str = "starting"  # starting | serving | failed | closed
-    reasons: list[str] = dataclasses.field(default_factory=list)
-    captures: int = 0
-    first_measured_cell: int | None = None
-    engine: warm_engine.WarmEngine | None = None
-    adapter_lines: list[str] = dataclasses.field(default_factory=list)
-    # what the engine's perf-dump memory figures are, from its own log (memory_evidence.py), for every request
-    memory: memory_evidence.MemoryEvidence = dataclasses.field(default_factory=memory_evidence.MemoryEvidence)
-    facts: engine_args.EngineRunFacts = dataclasses.field(default_factory=engine_args.EngineRunFacts)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "arms": self.arms, "argv": self.argv, "log_path": str(self.log_path),
-                "started_at": self.started_at, "load_s": _r(self.load_s), "warmup_s": _r(self.warmup_s),
-                "warmup_requests": self.warmup_requests, "measured_s": _r(self.measured_s),
-                "measured_requests": self.measured_requests, "shutdown_s": _r(self.shutdown_s),
-                "wall_s": _r(self.wall_s), "memory_bytes": self.memory_bytes, "memory_kind": self.memory_kind,
-                "perf_memory": self.memory.to_json(),
-                "status": self.status, "reasons": self.reasons, "bcg_captures": self.captures,
-                "first_measured_cell": self.first_measured_cell, "engine_run": self.facts.to_json()}
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 class WarmCampaign:
@@ -103,6 +60,7 @@ class WarmCampaign:
         self.residency: dict[str, Any] = {"engines_needed": len(keys), "checked": len(keys) < 2, "resident": True,
                                           "reason": "one engine configuration" if len(keys) < 2 else None}
         self.schedule = "interleaved"
+        self.overlap = engine_overlap.not_decided(runner.settings.engine_overlap, len(keys))
 
     # -- engines -------------------------------------------------------------------------------------------------
 
@@ -111,9 +69,12 @@ class WarmCampaign:
         return list(dict.fromkeys(c.arm for c, k in pairs if k == key_index))
 
     def _start(self, key_index: int) -> EngineStart:
+        return self._finish(self._launch(key_index))
+
+    def _launch(self, key_index: int) -> EngineStart:
+        """Spawn the engine of ``key_index``; its log is read (and written) by a thread until ``_finish`` awaits it."""
         runner = self.runner
-        first = self.key_of_cell.index(key_index)
-        inv = runner.invocations[first]
+        inv = runner.invocations[self.key_of_cell.index(key_index)]
         number = len(self.starts) + 1
         engine_dir = self.settings.output_root / f"{inv.run_id.split('__')[0]}__{self.settings.label}__warm-e{number}"
         engine_dir.mkdir(parents=True, exist_ok=False)
@@ -133,8 +94,18 @@ class WarmCampaign:
                                          cwd=engine_dir, echo=echo) or warm_engine.WarmEngine(
             start.id, argv, child_env, start.log_path, cwd=engine_dir, echo=echo)
         start.engine = engine
-        gpu_before = self._gpu_snapshot()
+        start.gpu_before = self._gpu_snapshot()
         engine.start()
+        start.launched_at = engine_overlap.utc_of(engine.started_monotonic)
+        start.status = "launched"
+        return start
+
+    def _finish(self, start: EngineStart) -> EngineStart:
+        """Await a launched engine's READY (its load, timed by the log thread from the launch), then serve its warm-up
+        requests; the first engine decides here, once loaded, whether the others launch beside its warm-up."""
+        runner, engine, key_index = self.runner, start.engine, start.key_index
+        first = self.key_of_cell.index(key_index)
+        inv, engine_dir = runner.invocations[first], start.log_path.parent
         gate = engine_args.log_gate(runner.markers, inv.argv, quality=inv.quality_level)
 
         def on_line(line: str) -> str | None:
@@ -142,16 +113,22 @@ class WarmCampaign:
             start.facts.feed(line)
             return gate.feed(line)
 
+        timeout = self.settings.cell_timeout_s  # counted from the launch, as a start that is awaited at once
+        if timeout is not None:
+            timeout = max(timeout - (time.monotonic() - engine.started_monotonic), 0.01)
         with progress.phase(f"engine {start.id}: loading the model", f"its log: {start.log_path}") as ticker:
-            ready = engine.wait_ready(on_line, self.settings.cell_timeout_s, ticker)
+            ready = engine.wait_ready(on_line, timeout, ticker)
             ticker.outcome = "done" if ready.status == "ok" else f"ended ({ready.status})"
-        start.load_s = ready.wall_s
+        start.load_s = (engine.ready_monotonic or time.monotonic()) - engine.started_monotonic
+        start.ready_at = engine_overlap.utc_of(engine.ready_monotonic) if engine.ready_monotonic else None
         verdict = gate.verdict()
         start.captures = verdict.bcg.captured_graphs
         # Startup shows loading and the engine's own warmup; BCG capture may come with the first request instead.
         reasons = [f"{r.code}: {r.message}" for r in verdict.reasons if r.code != "bcg.no_capture"]
         if ready.status != "ok":
             reasons.insert(0, _segment_reason(ready, "while loading"))
+        if not reasons and len(self.starts) == 1 and len(self.keys) > 1:
+            self._consider_overlap(start)
         warmups = self._warmup_requests(key_index) if not reasons else []
         for n, warm_inv in enumerate(warmups, start=1):
             warm_dir = engine_dir / f"warmup{n}"
@@ -174,7 +151,10 @@ class WarmCampaign:
                 reasons.append(f"engine.warmup_failed: warm-up request {n} was {judged.status}: "
                                + "; ".join(judged.reasons[:2]))
                 break
-        start.memory_bytes = self._footprint(start, gpu_before)
+        if start.memory_basis == "after warm-up":  # else taken after load: other engines were loading beside it
+            start.memory_bytes = self._footprint(start, start.gpu_before)
+        start.finished_monotonic = time.monotonic()
+        start.finished_at = engine_overlap.utc_of(start.finished_monotonic)
         if reasons:
             start.status, start.reasons = "failed", reasons
             self.failed[key_index] = start
@@ -227,10 +207,12 @@ class WarmCampaign:
         return max(growth) if growth and max(growth) > 0 else None
 
     def _close(self, start: EngineStart) -> None:
+        if start.status == "launched" and start.engine is not None:
+            start.engine.stop()  # still loading: a driver that has not printed READY reads no quit request
         if start.engine is not None and not start.engine.closed:
             start.shutdown_s = start.engine.close()
             start.wall_s = time.monotonic() - (start.engine.started_monotonic or time.monotonic())
-        if start.status == "serving":
+        if start.status in ("serving", "launched"):
             start.status = "closed"
         self.resident = {k: s for k, s in self.resident.items() if s is not start}
 
@@ -258,6 +240,34 @@ class WarmCampaign:
                                       else "memory could not be measured: engines alternate to be safe"))
         self.schedule = "interleaved" if resident else "alternating_blocks"
 
+    def _consider_overlap(self, first: EngineStart) -> None:
+        """Once the first engine is READY: launch the others now, beside its warm-up, when they fit (engine_overlap).
+        Its footprint is taken now; on a GPU it stays this after-load figure, as used device memory soon counts the
+        others too (process RSS on CPU is per engine, taken after warm-up as ever)."""
+        on_gpu = self.runner.cuda_visible_devices is not None
+        loaded = self._footprint(first, first.gpu_before)
+        self.overlap = engine_overlap.decide(
+            self.settings.engine_overlap, engines=len(self.keys), schedule=self.settings.warm_schedule,
+            on_gpu=on_gpu, first_bytes=loaded,
+            available_bytes=self.runner.gpu_free_bytes() if on_gpu else warm_engine.available_memory_bytes())
+        if not self.overlap["overlapped"]:
+            return
+        if on_gpu:
+            first.memory_bytes, first.memory_basis = loaded, "after load (the other engines loaded beside its warm-up)"
+        if self.settings.warm_schedule != "auto":
+            self._decide_residency(first)  # the caller's schedule, recorded as such
+        else:
+            self.schedule = "interleaved"
+            self.residency.update(checked=True, first_engine_bytes=loaded, available_bytes=self.overlap[
+                "available_bytes"], needed_bytes=self.overlap["needed_bytes"], resident=True,
+                memory_kind=self.overlap["memory_kind"], reason="the other engine(s) fit beside the first "
+                f"(its footprint after load x {engine_overlap.MARGIN_AFTER_LOAD:g})")
+        for other in range(len(self.keys)):
+            if other not in self.resident and other != first.key_index:
+                self.resident[other] = launched = self._launch(other)
+                if on_gpu:
+                    launched.memory_basis = "not measured: it loaded while another engine of this campaign warmed up"
+
     def _engine_for(self, key_index: int) -> EngineStart:
         start = self.resident.get(key_index) or self.failed.get(key_index)
         if start is not None and (start.status != "serving" or (start.engine is not None and start.engine.alive)):
@@ -267,13 +277,26 @@ class WarmCampaign:
                 self._close(other)
         start = self._start(key_index)
         self.resident[key_index] = start
-        if len(self.starts) == 1 and len(self.keys) > 1 and start.status == "serving":
+        launched = [s for s in self.resident.values() if s.status == "launched"]
+        if launched:  # loading beside the first one's warm-up: finished before any measured request runs
+            for other in launched:
+                self._finish(other)
+            self._note_overlaps()
+        elif len(self.starts) == 1 and len(self.keys) > 1 and start.status == "serving":
             self._decide_residency(start)
             if self.schedule == "interleaved":  # start every engine before the first measured request
                 for other in range(len(self.keys)):
                     if other not in self.resident:
                         self.resident[other] = self._start(other)
+            self._note_overlaps()
         return start
+
+    def _note_overlaps(self) -> None:
+        """Which engine starts crossed (launch to end of warm-up), from the recorded instants."""
+        spans = {s.id: (s.engine.started_monotonic, s.finished_monotonic) for s in self.starts
+                 if s.engine is not None and s.engine.started_monotonic is not None}
+        for start in self.starts:
+            start.overlapped_with = engine_overlap.overlapping(spans).get(start.id, [])
 
     # -- requests ------------------------------------------------------------------------------------------------
 
@@ -359,7 +382,7 @@ class WarmCampaign:
     def to_json(self) -> dict[str, Any]:
         return {**engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
                                 self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
-                                self.settings.warmup_requests), "grouping": self.grouping,
+                                self.settings.warmup_requests, self.overlap), "grouping": self.grouping,
                 "order": [{"cell": c.index, "arm": c.arm, "position": c.position, "engine": c.engine["id"]}
                           for c in self.runner.cells if c.engine]}
 
@@ -372,63 +395,6 @@ def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
     if segment.status == "error":
         return f"engine.request_failed: the request raised {when}: {segment.error}"
     return f"engine.exited: {segment.error or 'the engine exited'} {when}"
-
-
-def first_measured_effect(cells: Sequence[Cell], metric: str, threshold_pct: float) -> list[dict[str, Any]]:
-    """Per engine, the first measured request against the other measured requests of the same arm on that engine
-    (arms sharing an engine may ask for different requests).
-
-    ``differs`` when it lies further from their median than both ``threshold_pct`` and the others' own spread."""
-    out = []
-    by_engine: dict[str, list[dict[str, Any]]] = {}
-    for cell in cells:
-        if cell.engine and cell.valid and cell.metric(metric) is not None:
-            by_engine.setdefault(cell.engine["id"], []).append(cell)
-    for engine_id, served in by_engine.items():
-        first = next((c for c in served if c.engine["first_measured"]), None)
-        if first is None:
-            continue
-        rest = [c.metric(metric) for c in served if c is not first and c.arm == first.arm]
-        row: dict[str, Any] = {"engine": engine_id, "cell": first.index, "arm": first.arm,
-                               "value": first.metric(metric), "others_median": None, "deviation_pct": None,
-                               "others_spread_pct": None, "differs": None}
-        if rest:
-            median = statistics.median(rest)
-            spread = max(abs(v - median) / median * 100 for v in rest) if median else None
-            deviation = (first.metric(metric) - median) / median * 100 if median else None
-            row.update(others_median=round(median, 4), deviation_pct=_r(deviation), others_spread_pct=_r(spread))
-            if deviation is not None and spread is not None:
-                row["differs"] = abs(deviation) > max(threshold_pct, spread)
-        out.append(row)
-    return out
-
-
-def engines_block(mode: str, schedule: str, residency: dict[str, Any] | None, starts: list[dict[str, Any]],
-                  cells: Sequence[Cell], metric: str, threshold_pct: float,
-                  warmup_requests: int) -> dict[str, Any]:
-    """The report's ``engines`` block: how many engine processes ran and where their wall time went."""
-    wall = sum(s["wall_s"] or 0.0 for s in starts)
-    measured = sum(s["measured_s"] or 0.0 for s in starts)
-    in_requests = sum((c.metric("e2e_ms") or 0.0) / 1000 for c in cells if c.valid)
-    return {"mode": mode, "schedule": schedule, "residency": residency, "starts": starts,
-            "engine_starts": len(starts), "warmup_requests_per_start": warmup_requests,
-            "time": {"engine_wall_s": _r(wall), "loading_s": _r(sum(s["load_s"] or 0.0 for s in starts)),
-                     "warmup_s": _r(sum(s["warmup_s"] or 0.0 for s in starts)), "measured_wall_s": _r(measured),
-                     "measured_e2e_s": _r(in_requests),
-                     "measured_share": round(in_requests / wall, 5) if wall else None},
-            "first_measured": first_measured_effect(cells, metric, threshold_pct) if mode == "warm" else []}
-
-
-def cold_engines_block(cells: Sequence[Cell], metric: str, threshold_pct: float) -> dict[str, Any]:
-    """Cold mode in the same terms: one engine start per cell (a cell's wall covers load, warmup and request)."""
-    starts = [{"id": f"cell{c.index}", "arms": [c.arm], "argv": c.argv, "log_path": c.log_path,
-               "started_at": c.started_at, "load_s": None, "warmup_s": None, "warmup_requests": 0,
-               "measured_s": None, "measured_requests": 1, "shutdown_s": None, "wall_s": c.wall_s,
-               "memory_bytes": None, "memory_kind": None,  # a cold cell's footprint is not measured
-               "perf_memory": {"kind": (c.perf or {}).get("memory_kind"), "basis": "the cell's own engine log"},
-               "status": "closed", "reasons": [], "bcg_captures": None,
-               "first_measured_cell": c.index} for c in cells if c.status != "skipped"]
-    return engines_block("cold", "one_process_per_cell", None, starts, cells, metric, threshold_pct, 0)
 
 
 @contextlib.contextmanager

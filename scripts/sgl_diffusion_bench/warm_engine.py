@@ -56,6 +56,7 @@ class WarmEngine:
             engine_id, argv, env, Path(log_path), cwd, echo)
         self.process: subprocess.Popen | None = None
         self.started_monotonic: float | None = None
+        self.ready_monotonic: float | None = None  # when the log thread read READY (the load's end, even unawaited)
         self.closed = False
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader: threading.Thread | None = None
@@ -93,6 +94,9 @@ class WarmEngine:
                         self._log.flush()
                     if self.echo is not None:
                         print(line, file=self.echo, flush=True)
+                    if self.ready_monotonic is None and line.startswith(MARKER) and \
+                            line[len(MARKER):].split()[:1] == ["READY"]:
+                        self.ready_monotonic = time.monotonic()
                     self._lines.put(line)
             finally:
                 with self._log_lock:

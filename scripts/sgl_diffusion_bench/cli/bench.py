@@ -13,9 +13,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode, engine_probe,
-               env, gpu, model_access, model_cache, nightly, presets, readiness, report, selftest,
-               sequential, warm_campaign)
+from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode,
+               engine_overlap, engine_probe, env, gpu, model_access, model_cache, nightly, presets, readiness, report,
+               selftest, sequential, warm_campaign)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -101,6 +101,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--warm-schedule", choices=warm_campaign.SCHEDULES, default="auto",
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
                            "resident and interleaves requests A/B/B/A when memory allows, else alternates blocks")
+    camp.add_argument("--engine-overlap", choices=engine_overlap.MODES, default="auto",
+                      help="warm engines of several configurations: load the next while the first warms up, when "
+                           "both fit: auto (default; GPU only), on (CPU too), off (one after the other)")
 
 
 def build_parser() -> _runner.Parser:
@@ -207,6 +210,7 @@ def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
         label=args.label, output_root=output_root, threshold_pct=args.threshold_pct,
         primary_metric=args.primary_metric, discard_outliers=args.discard_outliers, warmup=not args.no_warmup,
         warmup_mode=args.warmup_mode, warmup_steps=args.warmup_steps, warm_schedule=args.warm_schedule,
+        engine_overlap=args.engine_overlap,
         component_residency=tuple(args.component_residency or ()), performance_mode=args.performance_mode,
         torch_compile=args.torch_compile, bcg_text_buckets=tuple(args.bcg_text_buckets or ()),
         extra_args=tuple(shlex.split(args.extra_args)), cell_timeout_s=args.cell_timeout_s,

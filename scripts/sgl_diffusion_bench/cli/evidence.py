@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import contract, selftest
+from .. import contract, engine_overlap, selftest
 from ..evidence import manifest, render, request, run, verify
 from . import _runner
 
@@ -50,6 +50,9 @@ def build_parser() -> _runner.Parser:
                    help="most measured requests the campaign may spend (default 8 rounds: 32 x --samples)")
     p.add_argument("--budget-minutes", type=_runner.bounded_float(0, 7 * 24 * 60, low_open=True),
                    help="start no further A/B/B/A round after this many minutes of campaign")
+    p.add_argument("--engine-overlap", choices=engine_overlap.MODES, default="auto",
+                   help="load the candidate's engine while the baseline's warms up, when both fit: auto (default; "
+                        "GPU only), on (CPU too), off")
     p.add_argument("--model-cache-root", help="an isolated HF cache below this directory, deleted and ledgered "
                                               "after the campaign, the ledger re-checked")
     for name, text in (("verify", "re-check a folder: hashes, schemas, log gates, statistics, EVIDENCE.md"),
@@ -66,13 +69,17 @@ def render_run(doc: dict) -> str:
     return "\n".join(lines + [f"next: python3 scripts/collect_pr_evidence.py verify {doc['out_dir']}"])
 
 
+def request_of(args: argparse.Namespace) -> request.EvidenceRequest:
+    """The typed request of a parsed ``run`` command line (also how a folder's reproduce command is checked)."""
+    return request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
+                         baseline_args=args.baseline_args, candidate_args=args.candidate_args,
+                         threshold_pct=args.threshold, samples=args.samples, budget_requests=args.budget_requests,
+                         model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes,
+                         common_args=args.extra_args, engine_overlap=args.engine_overlap)
+
+
 def _run(args: argparse.Namespace) -> _runner.Result:
-    asked = request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
-                          baseline_args=args.baseline_args, candidate_args=args.candidate_args,
-                          threshold_pct=args.threshold, samples=args.samples, budget_requests=args.budget_requests,
-                          model_cache_root=args.model_cache_root, budget_minutes=args.budget_minutes,
-                          common_args=args.extra_args)
-    doc = run.run(Path(args.out), asked)
+    doc = run.run(Path(args.out), request_of(args))
     return _runner.Result(doc, render_run(doc))
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, report, steady_state
+from .. import contract, engine_overlap, report, steady_state
 from ..cell import Cell
 from . import manifest, plot
 
@@ -73,6 +73,7 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
                      f"{comparison['candidate_arm']}, {over}).")
     stopping = camp["campaign"]["stopping"]
     lines.append(f"- Rule: {stopping.get('description', stopping['rule'])}; rounds run {stopping['rounds_run']}.")
+    lines += filter(None, [engine_overlap.summary_line(camp.get("engines") or {})])
     if comparison.get("next_step"):
         lines.append(f"- Next step: {comparison['next_step']}")
     return [*lines, *_first_requests(camp), ""]
@@ -195,12 +196,16 @@ def doc_command(doc: Mapping[str, Any]) -> str:
         argv.append("--bcg")
     argv += [f"--{side}-args={shlex.join(req[f'{side}_args'])}" for side in ("baseline", "candidate")
              if req[f"{side}_args"]]
+    if req.get("common_args"):  # absent when unused
+        argv.append(f"--extra-args={shlex.join(req['common_args'])}")
     argv += ["--threshold", f"{req['threshold_pct']:g}", "--samples", str(req["samples"]), "--budget-requests",
              str(req["budget_requests"])]
     if req["budget_minutes"]:
         argv += ["--budget-minutes", f"{req['budget_minutes']:g}"]
     if req["model_cache_root"]:
         argv += ["--model-cache-root", req["model_cache_root"]]
+    if req.get("engine_overlap"):  # absent at its default, auto
+        argv += ["--engine-overlap", req["engine_overlap"]]
     return shlex.join(argv)
 
 

@@ -32,6 +32,7 @@ class EvidenceRequest:
     budget_minutes: float | None = None
     profile_timesteps: int = 2
     common_args: tuple[str, ...] = ()  # engine flags both arms share (--extra-args)
+    engine_overlap: str = "auto"  # the campaign's engines load side by side when they fit (engine_overlap.py)
 
     @property
     def budget_rounds(self) -> int:
@@ -44,6 +45,8 @@ class EvidenceRequest:
         doc["baseline_args"], doc["candidate_args"] = list(self.baseline_args), list(self.candidate_args)
         if doc.pop("common_args"):  # absent when unused: folders made before --extra-args keep their request hash
             doc["common_args"] = list(self.common_args)
+        if doc["engine_overlap"] == "auto":  # absent at its default: folders made before it keep their request hash
+            del doc["engine_overlap"]
         return doc
 
     def arm_args(self, arm: str) -> tuple[str, ...]:
@@ -66,7 +69,7 @@ class EvidenceRequest:
 def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: bool, baseline_args: str,
           candidate_args: str, threshold_pct: float, samples: int, budget_requests: int | None,
           model_cache_root: str | None, budget_minutes: float | None = None,
-          common_args: str = "") -> EvidenceRequest:
+          common_args: str = "", engine_overlap: str = "auto") -> EvidenceRequest:
     """The normalised request; a UsageError for a change that is not described, or arms of different layouts."""
     try:
         base, cand = tuple(shlex.split(baseline_args)), tuple(shlex.split(candidate_args))
@@ -100,7 +103,7 @@ def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: 
         baseline_args=base, candidate_args=cand, threshold_pct=threshold_pct, samples=samples,
         budget_requests=rounds * 4 * samples,
         model_cache_root=str(Path(model_cache_root).expanduser().resolve()) if model_cache_root else None,
-        budget_minutes=budget_minutes, common_args=common)
+        budget_minutes=budget_minutes, common_args=common, engine_overlap=engine_overlap)
 
 
 def layout_of(args: Sequence[str]) -> dict[str, str]:

@@ -83,7 +83,7 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
                          arm_a_args=list(req.baseline_args), arm_b_args=list(req.candidate_args))
     settings = bench_runner.CampaignSettings(
         label="evidence", output_root=output_root, threshold_pct=req.threshold_pct, engine_mode="warm",
-        extra_args=req.common_args,
+        extra_args=req.common_args, engine_overlap=req.engine_overlap,
         warmup_requests=WARMUP_REQUESTS, write_report=False,
         model_cache_root=Path(req.model_cache_root) if req.model_cache_root else None,
         cleanup_model_cache=req.model_cache_root is not None,
@@ -105,6 +105,8 @@ def campaign_command(ctx: Context) -> str:
         argv += ["--budget-minutes", f"{req.budget_minutes:g}"]
     if req.common_args:
         argv.append(f"--extra-args={shlex.join(req.common_args)}")
+    if req.engine_overlap != "auto":
+        argv += ["--engine-overlap", req.engine_overlap]
     argv += [f"--arm-{letter}-args={shlex.join(args)}" for letter, args in (("a", req.baseline_args),
                                                                             ("b", req.candidate_args)) if args]
     if req.model_cache_root:
