@@ -18,7 +18,7 @@ STAMP := $(VENV)/.bundle-installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/install.sh requirements/engine-$(ENGINE)-cpu.txt requirements/engine-$(ENGINE)-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt
-	@echo "setting up $(VENV) for sglang $(ENGINE) (about 2.4 GB; measured on 2 cores by benchmarks/fresh_clone_setup.py: 5-16 s, then the first demo 65-73 s)" >&2
+	@echo "setting up $(VENV) for sglang $(ENGINE) (about 2.4 GB; measured on 2 cores by benchmarks/fresh_clone_setup.py: 5-16 s, then the first demo 58-73 s on a quiet host)" >&2
 	@PYTHON=$(PYTHON) requirements/install.sh $(VENV) $(ENGINE)
 	@touch $@
 

@@ -10,6 +10,8 @@ Conventions:
   `make check` lane;
 - NAMEs are the block's placeholders: the user's own files (a trace, a report), bound here to real fixtures
   (PLACEHOLDERS). A block uses no other variable unless it sets it itself or gives it a default (`${X:-...}`);
+- `KEY=VALUE` words are what a `run` block's JSON output must show, beyond exit 0 (EXPECTATIONS): e.g.
+  `change=regressed` (its bench-report.v1 verdict says arm B is slower, its interval above the threshold);
 - a doc command is a user command: nothing from the test suite or the team's reference folder, no test code;
 - a field reference is written `<schema-id>:<path>` in backticks (`env.v1:problems[].code`) and must resolve.
 """
@@ -63,12 +65,20 @@ LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
 CLI_MODULES = {name.removesuffix(".py"): module for name, module in options_reference.entry_points().items()}
 
 
+# What a block's JSON (stdout) must show, by marker word KEY=VALUE; filled by blocks().
+EXPECTATIONS = {
+    "change": lambda doc, value: doc["summary"]["comparison"]["verdict"] == value,
+}
+EXPECTED: dict[tuple[Path, str], dict[str, str]] = {}
+
+
 def blocks(doc: Path, lang: str = "bash"):
     text = doc.read_text(encoding="utf-8")
     for match in FENCE.finditer(text):
         if match["lang"] == lang:
             line = text[: match.start()].count("\n") + 1
             words = (match["marker"] or "").split()
+            EXPECTED[(doc, match["body"])] = dict(w.split("=", 1) for w in words[1:] if "=" in w)
             lanes = [LANES[w] for w in words[1:] if w in LANES]
             yield pytest.param(doc, words[0] if words else None, tuple(w for w in words[1:] if w.isupper()),
                                match["body"], id=f"{doc.relative_to(REPO)}:{line}", marks=lanes)
@@ -233,6 +243,8 @@ def test_every_block_is_a_user_command_with_declared_placeholders(doc, mode, pla
     assert not NOT_USER_COMMANDS.search(body), "a doc command names test files or test code"
     assert variables_used(body) == set(placeholders), "declare the block's placeholders in its marker, or set them"
     assert set(placeholders) <= set(PLACEHOLDERS), "bind every placeholder in PLACEHOLDERS"
+    assert set(EXPECTED[(doc, body)]) <= set(EXPECTATIONS), "an expectation word names no known check"
+    assert not EXPECTED[(doc, body)] or mode == "run", "only a block that runs can show what it expects"
 
 
 def test_the_placeholder_check_sees_undeclared_and_optional_variables():
@@ -272,6 +284,9 @@ def test_documented_commands_run(doc, mode, placeholders, body, tmp_path, doc_ca
         f"{doc.name} block failed ({proc.returncode}):\n{body}\n--- stderr ---\n{proc.stderr[-3000:]}"
     assert HF_TOKEN_CANARY not in proc.stdout + proc.stderr
     assert _untracked() == before, "a documented command wrote files into the checkout"
+    for key, value in EXPECTED[(doc, body)].items():
+        shown = json.loads(proc.stdout)
+        assert EXPECTATIONS[key](shown, value), (key, value, json.dumps(shown.get("summary"), indent=1)[:3000])
     if block_probe.exists() and not probe_cache.exists():
         shutil.copy(block_probe, probe_cache)
 

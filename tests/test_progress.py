@@ -106,11 +106,30 @@ def test_inspect_and_check_readiness_share_one_probe_each_announced(tmp_path):
 
 
 @pytest.mark.engine
-def test_a_warm_run_announces_its_engine_load_and_warm_up(tmp_path):
+def test_a_warm_run_announces_each_phase_and_imports_sglang_once_for_probe_and_engine(tmp_path):
+    """A fresh work root (no cached probe): the probe, the engine load and the warm-up each announced then timed, in
+    that order; the engine is built in the probe's own interpreter (the pid the probe log's PROBED line names is the
+    one the engine log's BUILD line names), so a first run imports sglang once in the driver, not twice."""
+    work = tmp_path / "work"
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "progress",
-                     "--output-dir", str(tmp_path), "--json", timeout=1800)
+                     "--output-dir", str(tmp_path / "out"), "--json", env={env.WORKDIR_ENV: str(work)}, timeout=1800)
     assert run.returncode == 0 and run.document["schema"] == "bench-report.v1", run.stderr[-3000:]
     lines = progress_lines(run.stderr)
-    _, loaded = assert_announced_then_timed(lines, "engine e1: loading the model")
+    _, probed = assert_announced_then_timed(lines, "engine probe: importing sglang's generate parser")
+    adopted = lines.index(f"{progress.PREFIX} engine e1: starting in the probe's interpreter (sglang already imported "
+                          "there)")
+    load_start, loaded = assert_announced_then_timed(lines, "engine e1: loading the model")
     warm_start, _ = assert_announced_then_timed(lines, "engine e1: warm-up request 1 of 1")
-    assert loaded < warm_start
+    assert probed < adopted < load_start < loaded < warm_start
+    probe_pid = _marker_pid(work / ".cache" / "engine-capabilities.log", "PROBED")
+    engine_log = next((tmp_path / "out").glob("*__warm-e1/engine.log"))
+    assert probe_pid is not None and _marker_pid(engine_log, "BUILD") == probe_pid
+    assert (work / ".cache" / "engine-capabilities.json").exists()  # the probe it answered is cached as any
+
+
+def _marker_pid(log, word: str) -> int | None:
+    for line in log.read_text(encoding="utf-8").splitlines():
+        words = line[len(MARKER):].split() if line.startswith(MARKER) else []
+        if words[:1] == [word]:
+            return int(words[1])
+    return None

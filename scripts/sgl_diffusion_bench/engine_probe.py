@@ -284,19 +284,24 @@ class ParserImportError(RuntimeError):
         self.missing_module = missing_module
 
 
-def _introspect(python: str, adapter_env: Mapping[str, str]) -> dict[str, Any]:
+def _introspect(python: str, adapter_env: Mapping[str, str], keep_log: Path | None = None) -> dict[str, Any]:
+    """The parser's facts from ``python``; with ``keep_log``, in a warm driver kept for a warm engine to adopt."""
     with progress.phase("engine probe: importing sglang's generate parser", f"with {python}; cached afterwards; the "
                         "first import of a fresh install compiles its bytecode: minutes") as ticker:
-        proc = progress.run_child([python, "-c", _INTROSPECT], ticker, timeout_s=PROBE_TIMEOUT_S, env=adapter_env)
-        found = next((json.loads(line[len(PROBE_MARK):]) for line in proc.stdout.splitlines()
-                      if line.startswith(PROBE_MARK)), None)
+        if keep_log is None:
+            proc = progress.run_child([python, "-c", _INTROSPECT], ticker, timeout_s=PROBE_TIMEOUT_S, env=adapter_env)
+            out, lines, code = proc.stdout.splitlines(), proc.stderr.strip().splitlines(), proc.returncode
+        else:
+            from . import probe_interpreter  # the warm engine is imported only where one is kept
+            out, lines, code = probe_interpreter.probe_and_keep(python, adapter_env, _INTROSPECT, keep_log,
+                                                                PROBE_TIMEOUT_S, ticker, PROBE_MARK)
+        found = next((json.loads(line[len(PROBE_MARK):]) for line in out if line.startswith(PROBE_MARK)), None)
         if found is not None:
             return found
         ticker.outcome = "failed"
-    lines = proc.stderr.strip().splitlines() or ["no output"]
+    lines = lines or ["no output"]
     missing = next((m["module"] for m in map(_MISSING_MODULE.search, reversed(lines)) if m), None)
-    raise ParserImportError(f"importing sglang's generate parser failed (exit {proc.returncode}): {lines[-1]}",
-                            missing)
+    raise ParserImportError(f"importing sglang's generate parser failed (exit {code}): {lines[-1]}", missing)
 
 
 def capabilities_from_actions(actions: Iterable[Mapping[str, Any]], *, version: str | None, package_dir: Path,
@@ -358,8 +363,9 @@ class ProbeResult:
 
 
 def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, python: str | None = None,
-                 accept_degraded: bool = False) -> ProbeResult:
-    """Probe the sglang importable by ``python`` (default: this interpreter), through the cache.
+                 accept_degraded: bool = False, keep_interpreter: bool = False) -> ProbeResult:
+    """Probe the sglang importable by ``python`` (default: this interpreter), through the cache; where it really
+    probes and ``keep_interpreter``, its interpreter is kept for the first warm engine (probe_interpreter).
 
     A degraded probe (the parser did not import) is never cached, and raises ``engine.probe_degraded`` naming the
     missing module unless ``accept_degraded``."""
@@ -380,7 +386,7 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
             return ProbeResult(cached, cache_path, True)
     try:
         adapter_env = engine_process.cpu_adapter_env(dict(os.environ))
-        found = _introspect(python, adapter_env)
+        found = _introspect(python, adapter_env, cache_path.with_suffix(".log") if keep_interpreter else None)
         caps = capabilities_from_actions(
             found["actions"], version=version, package_dir=package_dir, method="argparse", python=python,
             quality_levels=None if found.get("quality_levels") is None else tuple(found["quality_levels"]),

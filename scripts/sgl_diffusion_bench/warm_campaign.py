@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import (command_builder, contract, engine_args, engine_overlap, host_load, output_check, progress, request_path,
-               warm_engine, warm_grouping)
+from . import (command_builder, contract, engine_args, engine_overlap, host_load, output_check, probe_interpreter,
+               progress, request_path, warm_engine, warm_grouping)
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_starts import EngineStart, engines_block
@@ -89,8 +89,10 @@ class WarmCampaign:
                             memory_kind="process_rss" if runner.cuda_visible_devices is None else "device")
         self.starts.append(start)
         print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)
-        engine = warm_engine.WarmEngine(start.id, argv, runner._child_env(inv, self.prepared), start.log_path,
-                                        cwd=engine_dir, echo=sys.stderr if self.settings.echo_engine else None)
+        child_env, echo = runner._child_env(inv, self.prepared), sys.stderr if self.settings.echo_engine else None
+        engine = probe_interpreter.adopt(runner.engine_python, start.id, argv, child_env, start.log_path,
+                                         cwd=engine_dir, echo=echo) or warm_engine.WarmEngine(
+            start.id, argv, child_env, start.log_path, cwd=engine_dir, echo=echo)
         start.engine = engine
         start.gpu_before = self._gpu_snapshot()
         engine.start()

@@ -11,6 +11,11 @@ between its ``BEGIN`` and ``END`` markers on stdout; ``{"quit": true}`` or end o
 
 The server arguments of a request are parsed but not applied: the caller sends only requests whose engine flags
 equal the ones this engine was built with.
+
+``python warm_driver.py --probe <code>`` is the engine probe in the interpreter a warm engine can then become: it runs
+the probe's code (which prints its result), says ``PROBED``, and waits for one stdin line. End of input or anything
+but ``{"build": {"argv": [...], "env": {...}, "cwd": ...}}`` exits; a build message takes that environment and
+working directory and carries on as ``main(argv)``, so the sglang the probe imported is not imported a second time.
 """
 
 from __future__ import annotations
@@ -100,5 +105,34 @@ class _Borrowed:
         return None
 
 
+def probe_then_build(code: str) -> int:
+    """The probe, then (if asked) the engine built in the same interpreter; see the module's docstring."""
+    import os
+
+    exec(compile(code, "<engine probe>", "exec"), {"__name__": "__engine_probe__"})
+    say("PROBED", os.getpid())
+    line = sys.stdin.readline()
+    build = json.loads(line).get("build") if line.strip() else None
+    if not build:
+        return 0
+    os.environ.clear()
+    os.environ.update(build["env"])
+    os.chdir(build["cwd"])
+    sys.argv = [sys.argv[0], *build["argv"]]
+    say("BUILD", os.getpid())  # the engine's log names the probe's process it was built in
+    return main(build["argv"])
+
+
+def _exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown once the engine is shut down (EXIT said): multiprocessing's exit
+    handler would join the scheduler process sglang's shutdown leaves running, ~10 s on 2 cores before the first
+    report could be written; the caller stops the whole process group after this exit, that process included."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _exit_now(probe_then_build(sys.argv[2]) if sys.argv[1:2] == ["--probe"] else main(sys.argv[1:]))

@@ -61,14 +61,26 @@ class WarmEngine:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader: threading.Thread | None = None
         self._eof = False
+        self._log_lock = threading.Lock()
+        self._log: TextIO | None = None
+        self._secrets: list[str] = []
 
     # -- process -------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Spawn the driver; an engine that took over a running probe interpreter (``adopted``) is sent its build
+        instead, its log switched to this engine's."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        secrets = contract.secret_values() + contract.secret_values(self.env)
-        log = open(self.log_path, "w", encoding="utf-8", errors="replace")
+        with self._log_lock:
+            if self._log is not None:  # an adopted engine's placeholder
+                self._log.close()
+            self._secrets = contract.secret_values() + contract.secret_values(self.env)
+            self._log = open(self.log_path, "w", encoding="utf-8", errors="replace")
         self.started_monotonic = time.monotonic()
+        if self.process is not None:  # adopted: its reader runs on; the driver builds from this message
+            self._send({"build": {"argv": self.argv[2:], "env": self.env,
+                                  "cwd": str(self.cwd) if self.cwd is not None else os.getcwd()}})
+            return
         self.process = engine_process.spawn_group(  # own group, dies with the runner even on SIGKILL
             self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace", bufsize=1)
@@ -76,9 +88,10 @@ class WarmEngine:
         def read() -> None:
             try:
                 for raw in self.process.stdout:
-                    line = contract.redact(raw.rstrip("\n"), secrets)
-                    log.write(line + "\n")
-                    log.flush()
+                    with self._log_lock:
+                        line = contract.redact(raw.rstrip("\n"), self._secrets)
+                        self._log.write(line + "\n")
+                        self._log.flush()
                     if self.echo is not None:
                         print(line, file=self.echo, flush=True)
                     if self.ready_monotonic is None and line.startswith(MARKER) and \
@@ -86,11 +99,28 @@ class WarmEngine:
                         self.ready_monotonic = time.monotonic()
                     self._lines.put(line)
             finally:
-                log.close()
+                with self._log_lock:
+                    self._log.close()
                 self._lines.put(None)
 
         self._reader = threading.Thread(target=read, name=f"warm-engine-{self.engine_id}", daemon=True)
         self._reader.start()
+
+    def adopt(self, engine_id: str, argv: list[str], env: dict[str, str], log_path: Path, *,
+              cwd: Path | None = None, echo: TextIO | None = None) -> "WarmEngine":
+        """This running probe interpreter (waiting after ``PROBED``) as the engine ``argv`` describes; ``start``
+        then sends the build. The probe's log is closed here (the driver is silent until the build)."""
+        with self._log_lock:
+            self._log.close()
+            self._log = open(os.devnull, "w", encoding="utf-8")  # until start opens this engine's log
+        self.engine_id, self.argv, self.env, self.log_path, self.cwd, self.echo = (
+            engine_id, argv, env, Path(log_path), cwd, echo)
+        return self
+
+    def _send(self, message: dict) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            self.process.stdin.write(json.dumps(message) + "\n")
+            self.process.stdin.flush()
 
     @property
     def alive(self) -> bool:
@@ -130,7 +160,12 @@ class WarmEngine:
                    ticker: progress.Ticker | None = None) -> Segment:
         """Lines up to the driver's READY: loading the model and the engine's own startup warmup (``ticker`` gets
         every line, and a tick while the engine is quiet)."""
-        return self._consume(lambda words: words[0] == "READY", on_line, timeout_s, ticker)
+        return self.wait_marker("READY", on_line, timeout_s, ticker)
+
+    def wait_marker(self, word: str, on_line: Callable[[str], str | None] | None, timeout_s: float | None,
+                    ticker: progress.Ticker | None = None) -> Segment:
+        """Lines up to the driver's next ``word`` marker (READY after a build, PROBED after a probe)."""
+        return self._consume(lambda words: words[0] == word, on_line, timeout_s, ticker)
 
     def serve(self, request_id: str, generate_args: list[str], on_line: Callable[[str], str | None] | None,
               timeout_s: float | None, ticker: progress.Ticker | None = None) -> Segment:

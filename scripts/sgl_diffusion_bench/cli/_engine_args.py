@@ -16,12 +16,14 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
                         help="continue when sglang's parser cannot be imported and the probe only read its sources")
 
 
-def probe(args: argparse.Namespace, *, refresh: bool = False, accept_degraded: bool | None = None
-          ) -> engine_probe.ProbeResult:
-    """The probe of the engine these arguments name (cached unless refresh; degraded only if accepted)."""
+def probe(args: argparse.Namespace, *, refresh: bool = False, accept_degraded: bool | None = None,
+          keep_interpreter: bool = False) -> engine_probe.ProbeResult:
+    """The probe of the engine these arguments name (cached unless refresh; degraded only if accepted; a real probe's
+    interpreter kept for the first warm engine if ``keep_interpreter``)."""
     return engine_probe.probe_engine(
         refresh=refresh, python=engine_python.resolve(args.engine_python),
-        accept_degraded=args.accept_degraded_probe if accept_degraded is None else accept_degraded)
+        accept_degraded=args.accept_degraded_probe if accept_degraded is None else accept_degraded,
+        keep_interpreter=keep_interpreter)
 
 
 def add_engine_run_options(group: argparse._ArgumentGroup) -> None:

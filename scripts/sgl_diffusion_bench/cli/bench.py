@@ -195,12 +195,12 @@ def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilitie
                          engine_qualities=list(caps.distinct_quality_levels) or None)
 
 
-def engine_capabilities(args: argparse.Namespace) -> engine_probe.EngineCapabilities:
+def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False) -> engine_probe.EngineCapabilities:
     spec = args.engine_capabilities
     if spec == "recent":
         return engine_probe.recent_engine_capabilities()
     if spec == "installed":
-        return _engine_args.probe(args, refresh=args.refresh_probe).capabilities
+        return _engine_args.probe(args, refresh=args.refresh_probe, keep_interpreter=keep_interpreter).capabilities
     return engine_probe.load_capabilities_file(Path(spec))
 
 
@@ -324,7 +324,7 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 
 
 def _run(args: argparse.Namespace) -> _runner.Result:
-    caps = engine_capabilities(args)
+    caps = engine_capabilities(args, keep_interpreter=args.engine != "cold")  # a warm engine imports sglang once
     runners = []
     # Every command first: a refusal comes before anything heavy (torch, NVML, a model build) and before any run.
     for preset in selected_presets(args):
