@@ -6,6 +6,7 @@ before any server starts."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -37,7 +38,8 @@ def _gone(pgid: int, within_s: float = 20.0) -> bool:
 def serving_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("serving") / "run"
     run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "2,8", "--concurrency", "2",
-                     "--requests", "3", "--slo-ms", "60000", "--output-dir", str(out), "--json", timeout=900)
+                     "--requests", "3", "--requests-file", str(SAMPLE_MANIFEST), "--slo-ms", "60000",
+                     "--output-dir", str(out), "--json", timeout=900)
     return run, out
 
 
@@ -48,6 +50,8 @@ def test_serving_ab_report_from_real_requests(serving_run):
     assert run.returncode == 0, run.stderr[-3000:]
     doc = run.document  # validated against serving-report.v1 by run_script
     assert doc["schema"] == "serving-report.v1" and doc["status"] == "valid"
+    assert doc["requests_source"]["kind"] == "manifest" and doc["requests_source"]["requests"] == 6
+    assert [s["request_id"] for s in doc["request_specs"]][:3] == ["square-64", "wide-128x64", "tall-64x128"]
     assert [(p["load"]["kind"], p["load"]["value"]) for p in doc["load_points"]] == [
         ("request_rate", 2.0), ("request_rate", 8.0), ("concurrency", 2.0)]
     for point in doc["load_points"]:
@@ -66,6 +70,10 @@ def test_serving_ab_report_from_real_requests(serving_run):
             assert min(latencies) <= figures["latency_p50"] <= figures["latency_p99"] <= max(latencies)
             assert figures["slo_attainment_rate"] == 1.0 and figures["goodput_qps"] > 0
         assert set(point["comparison"]) == {"latency_p50", "latency_p99", "throughput_qps"}
+        # the manifest's first three requests, one shape each, each judged on its own
+        assert [r["shape"] for r in point["shapes"]] == ["128x64@2steps", "64x128@2steps", "64x64@2steps"]
+        assert all(r["requests"] == 4 and r["baseline_p50_ms"] > 0 for r in point["shapes"])
+        assert point["output_identity"]["compared_requests"] == 3
         for change in point["comparison"].values():  # one round: no verdict, but the noise floor is stated
             assert change["verdict"] == "insufficient_data"
             assert change["noise_floor"]["min_detectable_effect_pct"] is not None
@@ -80,9 +88,9 @@ def test_serving_ab_report_from_real_requests(serving_run):
     assert json.loads((out / "report.json").read_text())["load_points"] == doc["load_points"]
 
 
-def _start_until_schedulers(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
-    """The CLI under a long closed loop; returns once both servers' groups hold their scheduler process too (the
-    serve process has imported the engine and spawned it), with the groups' ids."""
+def _start_cli(tmp_path: Path, *, schedulers: bool) -> tuple[subprocess.Popen, list[int]]:
+    """The CLI under a long closed loop; returns once both servers' process groups exist (with ``schedulers``:
+    once each also holds the scheduler process its serve process spawns), with the groups' ids."""
     proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_serving.py"), *LOAD, "--concurrency", "1",
                              "--duration-s", "600", "--output-dir", str(tmp_path / "run"), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -90,8 +98,8 @@ def _start_until_schedulers(tmp_path: Path) -> tuple[subprocess.Popen, list[int]
     threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
     deadline = time.monotonic() + 600
     while True:
-        pgids = [int(line.split("process group ")[1].split(")")[0]) for line in list(lines) if "process group " in line]
-        if len(pgids) == 2 and all(len(process_group_members(p)) >= 2 for p in pgids):
+        pgids = [int(m[1]) for m in map(re.compile(r"process group (\d+)").search, list(lines)) if m]
+        if len(pgids) == 2 and all(len(process_group_members(p)) >= (2 if schedulers else 1) for p in pgids):
             return proc, pgids
         assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
         time.sleep(0.2)
@@ -100,7 +108,7 @@ def _start_until_schedulers(tmp_path: Path) -> tuple[subprocess.Popen, list[int]
 @pytest.mark.engine
 @pytest.mark.torch
 def test_ctrl_c_stops_both_servers(tmp_path):
-    proc, pgids = _start_until_schedulers(tmp_path)
+    proc, pgids = _start_cli(tmp_path, schedulers=False)
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
@@ -111,7 +119,7 @@ def test_ctrl_c_stops_both_servers(tmp_path):
 @pytest.mark.engine
 @pytest.mark.torch
 def test_killed_client_takes_its_servers_with_it(tmp_path):
-    proc, pgids = _start_until_schedulers(tmp_path)
+    proc, pgids = _start_cli(tmp_path, schedulers=True)  # the scheduler is no child of ours: the watchdog's part
     proc.kill()
     proc.wait(timeout=30)
     assert all(_gone(p) for p in pgids), "a server outlived its SIGKILLed client"
@@ -119,14 +127,26 @@ def test_killed_client_takes_its_servers_with_it(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.torch
-def test_server_never_healthy_is_an_error_with_the_log_tail(tmp_path):
-    run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--startup-timeout-s", "4",
+def test_server_never_healthy_is_an_error(tmp_path):
+    run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--startup-timeout-s", "3",
                      "--output-dir", str(tmp_path / "run"), "--json", timeout=120)
     assert run.returncode == 1
     error = run.document["error"]
-    assert error["code"] == "serving.server_unhealthy" and "within 4 s" in error["message"]
-    assert error["details"]["log_tail"] and "server.log" in error["details"]["log"]
+    assert error["code"] == "serving.server_unhealthy" and "within 3 s" in error["message"]
+    assert isinstance(error["details"]["log_tail"], list) and error["details"]["log"].endswith("server.log")
     assert not server.group_alive(error["details"]["pgid"])
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_server_that_exits_is_an_error_with_its_log_tail(tmp_path):
+    run = run_script("bench_diffusion_serving", "--model", "tiny-flux-cpu", "--arm-a-args=--batching-max-size 0",
+                     "--request-rate", "1", "--output-dir", str(tmp_path / "run"), "--json", timeout=300)
+    assert run.returncode == 1
+    error = run.document["error"]
+    assert error["code"] == "serving.server_exited" and error["details"]["arm"] == "A"
+    assert any("batching_max_size must be >= 1" in line for line in error["details"]["log_tail"])
+    assert "batching_max_size must be >= 1" in error["message"]
 
 
 @pytest.mark.torch
@@ -185,3 +205,46 @@ def test_trace_is_seeded_and_poisson():
     assert 0.2 < sum(gaps) / len(gaps) < 0.3 and first.indices[:4] == (0, 1, 2, 0)
     timed = load.build_trace(point, 1, requests=None, duration_s=5.0, seed=1)
     assert timed.arrivals_s[-1] <= 5.0 and 8 <= len(timed.arrivals_s) <= 40
+
+
+def _blocks(rounds: int, a_s: float, b_s: float, shapes=("64x64@2steps",)):
+    """Blocks of 4 requests whose latencies are ``a_s``/``b_s`` (jittered), per A1 B1 B2 A2 round."""
+    from sgl_diffusion_bench.serving import load, verdict
+    out = []
+    for n, (arm, round_no, position) in enumerate(verdict.block_plan(rounds)):
+        base = a_s if arm == "A" else b_s
+        results = [load.RequestResult(i, f"r{i}", shapes[i % len(shapes)], None, 0.0,
+                                      base * (1 + 0.01 * ((n + i) % 3)), True, output_count=1) for i in range(4)]
+        duration = sum(r.latency for r in results)
+        out.append({"arm": arm, "round": round_no, "position": position, "duration": duration,
+                    "metrics": metrics.block_metrics(results, duration, None), "requests": results})
+    return out
+
+
+def test_verdict_over_blocks_reads_throughput_the_right_way_round():
+    from sgl_diffusion_bench.serving import verdict
+    settings = dict(threshold_pct=1.5, resamples=2000, seed=1, confidence=0.95, min_rounds=2)
+    faster = verdict.compare(_blocks(2, 1.0, 0.5), **settings)
+    assert faster["latency_p50"]["verdict"] == "improved" and faster["latency_p99"]["verdict"] == "improved"
+    assert faster["throughput_qps"]["verdict"] == "improved" and faster["throughput_qps"]["change_pct"] > 90
+    assert faster["latency_p50"]["ci_high_pct"] < -40
+    slower = verdict.compare(_blocks(2, 0.5, 1.0), **settings)
+    assert {m["verdict"] for m in slower.values()} == {"regressed"}
+    one_round = verdict.compare(_blocks(1, 1.0, 0.5), **settings)
+    assert {m["verdict"] for m in one_round.values()} == {"insufficient_data"}
+    assert one_round["latency_p50"]["noise_floor"]["min_detectable_effect_pct"] is not None
+    assert verdict.overall([faster]) == "improved" and verdict.overall([faster, slower]) == "regressed"
+    rows = verdict.shape_changes(_blocks(2, 1.0, 0.5, ("64x64@2steps", "128x64@2steps")), **settings)
+    assert [r["shape"] for r in rows] == ["128x64@2steps", "64x64@2steps"]
+    assert all(r["verdict"] == "improved" and r["requests"] == 16 for r in rows)
+
+
+def test_block_figures_follow_bench_serving():
+    from sgl_diffusion_bench.serving import load
+    results = [load.RequestResult(i, "r", "s", None, 0.0, lat, ok, output_count=1 if ok else 0)
+               for i, (lat, ok) in enumerate([(0.1, True), (0.2, True), (0.3, True), (0.4, True), (9.0, False)])]
+    figures = metrics.block_metrics(results, 2.0, slo_ms=250)
+    assert figures["completed_requests"] == 4 and figures["failed_requests"] == 1
+    assert figures["throughput_qps"] == 2.0 and figures["latency_p50"] == pytest.approx(0.25)
+    assert figures["latency_p99"] == pytest.approx(0.397) and figures["latency_mean"] == pytest.approx(0.25)
+    assert figures["slo_met_success"] == 2 and figures["slo_attainment_rate"] == 0.4 and figures["goodput_qps"] == 1.0

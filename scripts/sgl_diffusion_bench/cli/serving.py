@@ -145,12 +145,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     request = request_of(args)
     payload = run.run(request)
     doc = contract.envelope(SCHEMA, TOOL, ok=payload["status"] == "valid", **payload)
-    plot = render.plot(doc, request.output_dir / "latency_vs_rate.png")
-    doc["plot"] = str(plot) if plot else None
-    doc["markdown"] = str(request.output_dir / "report.md")
-    contract.check_document(doc)
-    (request.output_dir / "report.md").write_text(render.markdown(doc), encoding="utf-8")
-    (request.output_dir / "report.json").write_text(contract.dumps(doc) + "\n", encoding="utf-8")
+    render.write_files(doc, request.output_dir)
     lines = [f"{doc['status'].upper()}: verdict {doc['verdict']}"]
     lines += [f"  - {r}" for r in doc["reasons"]]
     for point in doc["load_points"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import contract
 from .metrics import VERDICT_METRICS
 
 
@@ -40,6 +41,11 @@ def markdown(doc: Mapping[str, Any]) -> str:
             lines.append(f"| {point['label']} | {arm} | {_s(m['latency_p50'])} | {_s(m['latency_p90'])} | "
                          f"{_s(m['latency_p95'])} | {_s(m['latency_p99'])} | {_s(m['latency_mean'])} | "
                          f"{_s(m['throughput_qps'], 2)} | {_s(m.get('goodput_qps'), 2)} | {m['failed_requests']} |")
+    contended = [f"{p['label']}: {len(p['contended_blocks'])}/{len(p['blocks'])}" for p in doc["load_points"]
+                 if p["contended_blocks"]]
+    if contended:
+        lines += ["", "Blocks run while other processes kept the host busy (their spread is not the change's): "
+                  + "; ".join(contended) + "."]
     lines += ["", "## Verdicts (B against A, bootstrap over blocks)", "",
               "| load | metric | change | interval | verdict | noise floor (min. detectable) |",
               "|---|---|---|---|---|---|"]
@@ -50,6 +56,15 @@ def markdown(doc: Mapping[str, Any]) -> str:
             interval = "—" if c["ci_low_pct"] is None else f"[{_pct(c['ci_low_pct'])}, {_pct(c['ci_high_pct'])}]"
             lines.append(f"| {point['label']} | {name} | {_pct(c['change_pct'])} | {interval} | {c['verdict']} | "
                          f"{_s(floor.get('min_detectable_effect_pct'), 2)}% |")
+    lines += ["", "## Per shape (median latency, ms, B against A)", "",
+              "| load | shape | requests | A p50 | B p50 | change | interval | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for point in doc["load_points"]:
+        for row in point["shapes"]:
+            interval = "—" if row["ci_low_pct"] is None else f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
+            lines.append(f"| {point['label']} | {row['shape']} | {row['requests']} | {_s(row['baseline_p50_ms'], 1)} | "
+                         f"{_s(row['candidate_p50_ms'], 1)} | {_pct(row['change_pct'])} | {interval} | "
+                         f"{row['verdict']} |")
     lines += ["", "## Output identity", ""]
     for point in doc["load_points"]:
         ident = point["output_identity"]
@@ -91,3 +106,13 @@ def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
     return path
+
+
+def write_files(doc: dict[str, Any], output_dir: Path) -> None:
+    """The plot, then (with their paths in ``doc``, checked against its schema) report.md and report.json."""
+    drawn = plot(doc, output_dir / "latency_vs_rate.png")
+    doc["plot"] = str(drawn) if drawn else None
+    doc["markdown"] = str(output_dir / "report.md")
+    contract.check_document(doc)
+    (output_dir / "report.md").write_text(markdown(doc), encoding="utf-8")
+    (output_dir / "report.json").write_text(contract.dumps(doc) + "\n", encoding="utf-8")

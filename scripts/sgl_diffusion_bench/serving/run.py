@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import contract, engine_args, engine_process, log_markers, progress
+from .. import contract, engine_args, engine_process, host_load, log_markers, progress
 from . import load, metrics, server, verdict
 from .requests import RequestSpec
 
@@ -72,6 +72,7 @@ def _ports(request: ServingRequest) -> dict[str, int]:
 def _env(request: ServingRequest) -> dict[str, str]:
     child = dict(os.environ)
     child.pop("PYTHONDONTWRITEBYTECODE", None)
+    child["PYTHONUNBUFFERED"] = "1"  # the server's log reaches its file line by line, not when a buffer fills
     return engine_process.cpu_adapter_env(child) if request.use_cpu_adapter else child
 
 
@@ -96,12 +97,13 @@ def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], trac
     for trace in traces:
         blocks = []
         for number, (arm, round_no, position) in enumerate(plan, 1):
+            before = host_load.sample()
             with progress.phase(f"{trace.point.label}: block {number}/{len(plan)} ({position})"):
                 results, duration = load.run_trace(servers[arm].spec.base_url, trace, request.specs,
                                                    request.duration_s)
             blocks.append({"arm": arm, "round": round_no, "position": position, "duration": duration,
                            "metrics": metrics.block_metrics(results, duration, request.slo_ms),
-                           "requests": results})
+                           "requests": results, "host": host_load.gate(before, host_load.sample())})
         points.append({"trace": trace, "blocks": blocks})
     return points, warmups
 
@@ -119,10 +121,13 @@ def _point_doc(request: ServingRequest, point: dict[str, Any]) -> dict[str, Any]
                     hashes[arm].setdefault(result.request_id, set()).add(result.output_sha256)
     comparison = verdict.compare(blocks, threshold_pct=request.threshold_pct, resamples=request.resamples,
                                  seed=request.seed, confidence=request.confidence, min_rounds=request.min_rounds)
+    shapes = verdict.shape_changes(blocks, threshold_pct=request.threshold_pct, resamples=request.resamples,
+                                   seed=request.seed, confidence=request.confidence, min_rounds=request.min_rounds)
     return {"load": point["trace"].to_json(), "label": point["trace"].point.label, "arms": arms,
-            "comparison": comparison, "output_identity": metrics.output_identity(hashes),
+            "comparison": comparison, "shapes": shapes, "output_identity": metrics.output_identity(hashes),
+            "contended_blocks": [n for n, b in enumerate(blocks) if b["host"]["contended"]],
             "blocks": [{"arm": b["arm"], "round": b["round"], "position": b["position"], "metrics": b["metrics"],
-                        "requests": [r.to_json() for r in b["requests"]]} for b in blocks]}
+                        "host": b["host"], "requests": [r.to_json() for r in b["requests"]]} for b in blocks]}
 
 
 def run(request: ServingRequest) -> dict[str, Any]:

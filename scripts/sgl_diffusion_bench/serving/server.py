@@ -126,6 +126,8 @@ class Server:
 
         self._reader = threading.Thread(target=read, name=f"server-log-{spec.arm}", daemon=True)
         self._reader.start()
+        progress.say(f"server {spec.arm}: started (port {spec.port}, process group {self.process.pid}, log "
+                     f"{spec.log_path})")
 
     @property
     def pgid(self) -> int | None:
@@ -139,8 +141,7 @@ class Server:
         is not healthy within ``timeout_s`` (the server is stopped either way)."""
         deadline = self.started_monotonic + timeout_s
         url = self.spec.base_url + "/health"
-        with progress.phase(f"server {self.spec.arm}: start and health check",
-                            f"port {self.spec.port}, process group {self.pgid}") as ticker:
+        with progress.phase(f"server {self.spec.arm}: health check", f"port {self.spec.port}") as ticker:
             while True:
                 if not self.alive():
                     self.stop()

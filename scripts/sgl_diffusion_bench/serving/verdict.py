@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from .. import stats
 from ..campaign import ABBA_POSITIONS
 from ..cell import Cell
-from .metrics import VERDICT_METRICS
+from .metrics import VERDICT_METRICS, block_metrics
 
 FLIPPED = {"improved": "regressed", "regressed": "improved"}
 
@@ -59,3 +59,24 @@ def overall(per_point: Sequence[Mapping[str, Any]]) -> str:
     if verdicts and all(v == "insufficient_data" for v in verdicts):
         return "insufficient_data"
     return "no_significant_change"
+
+
+def shape_changes(blocks: Sequence[Mapping[str, Any]], *, threshold_pct: float, resamples: int, seed: int,
+                  confidence: float, min_rounds: int) -> list[dict[str, Any]]:
+    """Per request shape (size and steps): the change of B's median latency against A's over the blocks, with its
+    interval and verdict, so a change that speeds one shape up and slows another down shows."""
+    shapes = sorted({r.shape for block in blocks for r in block["requests"]})
+    out = []
+    for shape in shapes:
+        per_block = []
+        for block in blocks:
+            mine = [r for r in block["requests"] if r.shape == shape]
+            per_block.append({**block, "metrics": block_metrics(mine, block["duration"], None)})
+        cells = block_cells(per_block)
+        change = stats.metric_change(cells, "A", "B", "latency_p50", threshold_pct=threshold_pct,
+                                     resamples=resamples, seed=seed, confidence=confidence, min_rounds=min_rounds)
+        out.append({"shape": shape, "requests": sum(1 for b in blocks for r in b["requests"] if r.shape == shape),
+                    "baseline_p50_ms": change["baseline_mean"], "candidate_p50_ms": change["candidate_mean"],
+                    "change_pct": change["change_pct"], "ci_low_pct": change["ci_low_pct"],
+                    "ci_high_pct": change["ci_high_pct"], "verdict": change["verdict"]})
+    return out
