@@ -205,6 +205,8 @@ def test_trace_is_seeded_and_poisson():
     assert 0.2 < sum(gaps) / len(gaps) < 0.3 and first.indices[:4] == (0, 1, 2, 0)
     timed = load.build_trace(point, 1, requests=None, duration_s=5.0, seed=1)
     assert timed.arrivals_s[-1] <= 5.0 and 8 <= len(timed.arrivals_s) <= 40
+    closed = load.build_trace(load.LoadPoint("concurrency", 2), 3, requests=None, duration_s=5.0, seed=1)
+    assert closed.indices is None and closed.arrivals_s is None and closed.to_json()["planned_requests"] is None
 
 
 def _blocks(rounds: int, a_s: float, b_s: float, shapes=("64x64@2steps",)):

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import dataclasses
 import hashlib
+import itertools
 import random
 import time
 from typing import Any, Sequence
@@ -43,10 +44,11 @@ class LoadPoint:
 @dataclasses.dataclass(frozen=True)
 class Trace:
     """What one load point sends: request i is ``specs[indices[i]]`` sent at ``arrivals_s[i]`` (open loop; None for
-    a closed loop, where a request goes as soon as one of the N in flight returns)."""
+    a closed loop, where a request goes as soon as one of the N in flight returns). ``indices`` None: a closed loop
+    for a duration, request i being ``specs[i % len(specs)]`` for as long as the duration lasts."""
 
     point: LoadPoint
-    indices: tuple[int, ...]
+    indices: tuple[int, ...] | None
     arrivals_s: tuple[float, ...] | None
     seed: int
     planned: int | None = None  # None: a closed loop for a duration sends what fits
@@ -74,11 +76,9 @@ def build_trace(point: LoadPoint, n_specs: int, *, requests: int | None, duratio
             t = t_next
         count = len(arrivals)
         return Trace(point, tuple(i % n_specs for i in range(count)), tuple(arrivals), seed, count)
-    if requests is None:  # closed loop for a duration: the count is what fits; the order is fixed up front
-        count = max(int(point.value), 1) * 10_000
-    else:
-        count = requests
-    return Trace(point, tuple(i % n_specs for i in range(count)), None, seed, requests)
+    if requests is None:  # closed loop for a duration: the count is what fits
+        return Trace(point, None, None, seed, None)
+    return Trace(point, tuple(i % n_specs for i in range(requests)), None, seed, requests)
 
 
 @dataclasses.dataclass
@@ -175,14 +175,15 @@ async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], durati
                 return await _send(session, url, i, specs[trace.indices[i]], trace.arrivals_s[i], origin)
             results = list(await asyncio.gather(*(at(i) for i in range(len(trace.indices)))))
         else:
-            position = iter(range(len(trace.indices)))
+            position = iter(range(len(trace.indices))) if trace.indices is not None else itertools.count()
             results = []
 
             async def worker() -> None:
                 for i in position:
                     if duration_s is not None and time.perf_counter() - origin >= duration_s:
                         return
-                    results.append(await _send(session, url, i, specs[trace.indices[i]], None, origin))
+                    spec = specs[trace.indices[i] if trace.indices is not None else i % len(specs)]
+                    results.append(await _send(session, url, i, spec, None, origin))
             await asyncio.gather(*(worker() for _ in range(int(trace.point.value))))
             results.sort(key=lambda r: r.index)
         return results, time.perf_counter() - origin

@@ -47,7 +47,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
         lines += ["", "Blocks run while other processes kept the host busy (their spread is not the change's): "
                   + "; ".join(contended) + "."]
     lines += ["", "## Verdicts (B against A, bootstrap over blocks)", "",
-              "| load | metric | change | interval | verdict | noise floor (min. detectable) |",
+              "| load | metric | change (mean of blocks) | interval | verdict | noise floor (min. detectable) |",
               "|---|---|---|---|---|---|"]
     for point in doc["load_points"]:
         for name, _ in VERDICT_METRICS:
