@@ -163,6 +163,16 @@ def test_port_in_use_is_refused_before_anything_starts(tmp_path):
 
 
 @pytest.mark.torch
+def test_an_arm_flag_the_engine_lacks_is_refused_before_anything_starts(tmp_path):
+    run = run_script("bench_diffusion_serving", "--model", "tiny-flux-cpu", "--arm-b-args=--no-such-server-flag 1",
+                     "--request-rate", "1", "--output-dir", str(tmp_path / "run"), "--json")
+    assert run.returncode == 3
+    error = run.document["error"]
+    assert error["code"] == "engine.flag_missing" and error["details"]["missing_flags"] == ["--no-such-server-flag"]
+    assert "--arm-b-args" in error["message"] and not (tmp_path / "run").exists()
+
+
+@pytest.mark.torch
 @pytest.mark.parametrize("line, says", [
     ('{"prompt": "a cat", "colour": "red"}', "unsupported field(s): colour"),
     ('{"prompt": "a cat", "width": 60, "height": 64}', "not a multiple of 8"),

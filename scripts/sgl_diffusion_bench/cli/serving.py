@@ -11,7 +11,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from .. import contract, engine_python, env, gpu, presets, selftest, stats
+from .. import contract, engine_probe, engine_python, env, gpu, presets, selftest, stats
 from ..serving import load, render, requests, run, server
 from . import _runner
 
@@ -113,6 +113,9 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (README 'Engine install') or pass --engine-python")
+    engine = engine_probe.probe_engine(python=python).capabilities
+    for letter, flags in (("a", arm_a), ("b", arm_b)):
+        server.check_flags(engine, [*preset.extra_args, *flags, "--host", "--port"], f"--arm-{letter}-args")
     size = requests.parse_size(args.size) if args.size else (preset.width or 1024, preset.height or 1024)
     if args.requests_file:
         specs, sha = requests.load_manifest(Path(args.requests_file), Path(location["package_dir"]), size)

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import contract, engine_process, progress
+from .. import command_builder, contract, engine_process, progress
 
 HOST = "127.0.0.1"
 HEALTH_POLL_S = 0.25
@@ -68,6 +68,17 @@ def serve_argv(sglang_cli: Sequence[str], model_path: str, port: int, arm_args: 
     """``sglang serve`` on HOST:port with fresh master/scheduler ports (two servers must not share the defaults)."""
     return [*sglang_cli, "serve", "--model-path", model_path, "--host", HOST, "--port", str(port),
             *engine_process.port_args(), *arm_args]
+
+
+def check_flags(engine: Any, argv_tail: Sequence[str], where: str) -> None:
+    """Refuse, before anything starts, a flag the installed engine's parser does not have (``engine``: the probe's
+    EngineCapabilities; `sglang serve` and `sglang generate` share the server arguments)."""
+    missing = sorted({f for f in map(command_builder.flag_of, argv_tail) if f and engine.flag_acceptance(f) is None})
+    if missing:
+        raise contract.PreconditionError(
+            "engine.flag_missing", f"{engine.label} has no {', '.join(missing)} (needed by {where})",
+            "drop the flag or upgrade sglang; `sglang serve --help` lists what the installed engine takes",
+            details={"missing_flags": missing, "engine_version": engine.version})
 
 
 def check_port_free(port: int, option: str) -> None:
