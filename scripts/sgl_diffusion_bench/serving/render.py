@@ -47,15 +47,15 @@ def markdown(doc: Mapping[str, Any]) -> str:
         lines += ["", "Blocks run while other processes kept the host busy (their spread is not the change's): "
                   + "; ".join(contended) + "."]
     lines += ["", "## Verdicts (B against A, bootstrap over blocks)", "",
-              "| load | metric | change (mean of blocks) | interval | verdict | noise floor (min. detectable) |",
-              "|---|---|---|---|---|---|"]
+              "| load | metric | change (mean of blocks) | interval | verdict | noise floor (min. detectable) | why |",
+              "|---|---|---|---|---|---|---|"]
     for point in doc["load_points"]:
         for name, _ in VERDICT_METRICS:
             c = point["comparison"][name]
             floor = c["noise_floor"]
             interval = "—" if c["ci_low_pct"] is None else f"[{_pct(c['ci_low_pct'])}, {_pct(c['ci_high_pct'])}]"
             lines.append(f"| {point['label']} | {name} | {_pct(c['change_pct'])} | {interval} | {c['verdict']} | "
-                         f"{_s(floor.get('min_detectable_effect_pct'), 2)}% |")
+                         f"{_s(floor.get('min_detectable_effect_pct'), 2)}% | {c['reason']} |")
     lines += ["", "## Per shape (median latency, ms, B against A)", "",
               "| load | shape | requests | A p50 | B p50 | change | interval | verdict |",
               "|---|---|---|---|---|---|---|---|"]

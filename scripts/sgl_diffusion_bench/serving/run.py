@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from .. import contract, engine_args, engine_process, host_load, log_markers, progress
 from . import load, metrics, server, verdict
+from ..warm_engine import process_group_members
 from .requests import RequestSpec
 
 ARMS = ("A", "B")
@@ -94,16 +95,20 @@ def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], trac
                                                              request.warmup_requests)]
     points = []
     plan = verdict.block_plan(request.rounds)
+
+    def host() -> dict[str, Any]:  # other processes only: our own servers are busy by design
+        return host_load.sample(exclude=set().union(*(process_group_members(s.pgid) for s in servers.values())))
+
     for trace in traces:
         blocks = []
         for number, (arm, round_no, position) in enumerate(plan, 1):
-            before = host_load.sample()
+            before = host()
             with progress.phase(f"{trace.point.label}: block {number}/{len(plan)} ({position})"):
                 results, duration = load.run_trace(servers[arm].spec.base_url, trace, request.specs,
                                                    request.duration_s)
             blocks.append({"arm": arm, "round": round_no, "position": position, "duration": duration,
                            "metrics": metrics.block_metrics(results, duration, request.slo_ms),
-                           "requests": results, "host": host_load.gate(before, host_load.sample())})
+                           "requests": results, "host": host_load.gate(before, host())})
         points.append({"trace": trace, "blocks": blocks})
     return points, warmups
 
