@@ -1,0 +1,207 @@
+"""Load generation: a seeded trace of arrival times (Poisson at a request rate, open loop) or a closed loop of N
+requests in flight, sent over HTTP to a server with aiohttp, one result per request.
+
+The trace is built once per load point and replayed unchanged against every block of both arms: the same arrival
+times and the same requests in the same order. The request body and the success rule follow the engine's own
+``bench_serving.async_request_image_sglang`` (POST /v1/images/generations, HTTP 200 with outputs = success; the
+latency is the client's, from send to the parsed response).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import itertools
+import random
+import time
+from typing import Any, Sequence
+
+from .. import contract
+from .requests import RequestSpec
+
+REQUEST_TIMEOUT_S = 600.0
+ERROR_CHARS = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadPoint:
+    """One load: an open-loop request rate (requests/s) or a closed-loop concurrency."""
+
+    kind: str  # request_rate | concurrency
+    value: float
+
+    @property
+    def label(self) -> str:
+        return f"rate {self.value:g}/s" if self.kind == "request_rate" else f"concurrency {int(self.value)}"
+
+    @property
+    def key(self) -> str:
+        return f"rate-{self.value:g}" if self.kind == "request_rate" else f"conc-{int(self.value)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """What one load point sends: request i is ``specs[indices[i]]`` sent at ``arrivals_s[i]`` (open loop; None for
+    a closed loop, where a request goes as soon as one of the N in flight returns). ``indices`` None: a closed loop
+    for a duration, request i being ``specs[i % len(specs)]`` for as long as the duration lasts."""
+
+    point: LoadPoint
+    indices: tuple[int, ...] | None
+    arrivals_s: tuple[float, ...] | None
+    seed: int
+    planned: int | None = None  # None: a closed loop for a duration sends what fits
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.point.kind, "value": self.point.value, "seed": self.seed,
+                "planned_requests": self.planned,
+                "order": "manifest order, cycling",
+                "arrivals_s": None if self.arrivals_s is None else list(self.arrivals_s)}
+
+
+def build_trace(point: LoadPoint, n_specs: int, *, requests: int | None, duration_s: float | None,
+                seed: int) -> Trace:
+    """The seeded trace of one load point: Poisson inter-arrival times (exponential, mean 1/rate) for ``requests``
+    requests or until ``duration_s``; request specs taken in manifest order, cycling."""
+    rng = random.Random(f"{seed}:{point.key}")
+    if point.kind == "request_rate":
+        arrivals, t = [], 0.0
+        while True:
+            t_next = t + rng.expovariate(point.value) if arrivals else 0.0
+            if (requests is not None and len(arrivals) >= requests) or (
+                    requests is None and duration_s is not None and t_next > duration_s):
+                break
+            arrivals.append(t_next)
+            t = t_next
+        count = len(arrivals)
+        return Trace(point, tuple(i % n_specs for i in range(count)), tuple(arrivals), seed, count)
+    if requests is None:  # closed loop for a duration: the count is what fits
+        return Trace(point, None, None, seed, None)
+    return Trace(point, tuple(i % n_specs for i in range(requests)), None, seed, requests)
+
+
+@dataclasses.dataclass
+class RequestResult:
+    """One request as the client saw it (times in seconds, as the engine's bench_serving reports them)."""
+
+    index: int
+    request_id: str
+    shape: str
+    scheduled_s: float | None
+    start_s: float
+    latency: float
+    success: bool
+    error: str = ""
+    output_count: int = 0
+    output_sha256: str | None = None
+    inference_time_s: float | None = None  # the server's own figure, when the response carries one
+    peak_memory_mb: float | None = None
+
+    @property
+    def queue_delay_s(self) -> float | None:
+        """How late the request went out against its arrival time (the client's own lag; open loop only)."""
+        return None if self.scheduled_s is None else max(self.start_s - self.scheduled_s, 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["queue_delay_s"] = self.queue_delay_s
+        doc["server_overhead_s"] = (None if self.inference_time_s is None or not self.success
+                                    else max(self.latency - self.inference_time_s, 0.0))
+        return doc
+
+
+def _aiohttp():
+    try:
+        import aiohttp
+    except ImportError:
+        raise contract.PreconditionError(
+            "serving.no_http_client", "aiohttp is not installed in this interpreter",
+            "pip install 'sglang-diffusion-benchmark-profile[serving]' (aiohttp; sglang's serving path needs it "
+            "too)") from None
+    return aiohttp
+
+
+def _outputs(body: Any) -> tuple[int, str | None]:
+    """How many outputs the response holds and the sha256 of their decoded bytes, in order (None when the
+    response carries no inline data)."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return 0, None
+    digest, inline = hashlib.sha256(), False
+    for item in data:
+        encoded = item.get("b64_json") if isinstance(item, dict) else None
+        if isinstance(encoded, str):
+            digest.update(base64.b64decode(encoded))
+            inline = True
+    return len(data), digest.hexdigest() if inline else None
+
+
+async def _send(session: Any, url: str, index: int, spec: RequestSpec, scheduled_s: float | None,
+                origin: float) -> RequestResult:
+    start = time.perf_counter()
+    result = RequestResult(index, spec.request_id, spec.shape, scheduled_s, start - origin, 0.0, False)
+    try:
+        async with session.post(url, json=spec.payload()) as response:
+            if response.status == 200:
+                body = await response.json()
+                result.output_count, result.output_sha256 = _outputs(body)
+                result.success = result.output_count > 0
+                if not result.success:
+                    result.error = "HTTP 200 without outputs"
+                for name in ("inference_time_s", "peak_memory_mb"):
+                    value = body.get(name)
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        setattr(result, name, float(value))
+            else:
+                result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+    except Exception as exc:  # a refused connection, a timeout, a reset: the request failed, the run goes on
+        result.error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    result.latency = time.perf_counter() - start
+    return result
+
+
+async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None
+               ) -> tuple[list[RequestResult], float]:
+    aiohttp = _aiohttp()
+    url = base_url + "/v1/images/generations"
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        origin = time.perf_counter()
+        if trace.arrivals_s is not None:
+            async def at(i: int) -> RequestResult:
+                await asyncio.sleep(max(trace.arrivals_s[i] - (time.perf_counter() - origin), 0.0))
+                return await _send(session, url, i, specs[trace.indices[i]], trace.arrivals_s[i], origin)
+            results = list(await asyncio.gather(*(at(i) for i in range(len(trace.indices)))))
+        else:
+            position = iter(range(len(trace.indices))) if trace.indices is not None else itertools.count()
+            results = []
+
+            async def worker() -> None:
+                for i in position:
+                    if duration_s is not None and time.perf_counter() - origin >= duration_s:
+                        return
+                    spec = specs[trace.indices[i] if trace.indices is not None else i % len(specs)]
+                    results.append(await _send(session, url, i, spec, None, origin))
+            await asyncio.gather(*(worker() for _ in range(int(trace.point.value))))
+            results.sort(key=lambda r: r.index)
+        return results, time.perf_counter() - origin
+
+
+def run_trace(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None = None
+              ) -> tuple[list[RequestResult], float]:
+    """Send the trace to ``base_url``; the per-request results and the block's wall time (first send to last
+    response), the ``duration`` of the engine's bench_serving."""
+    return asyncio.run(_run(base_url, trace, specs, duration_s))
+
+
+def warm(base_url: str, specs: Sequence[RequestSpec], count: int) -> list[RequestResult]:
+    """``count`` sequential requests (cycling over every shape first), kept out of the statistics."""
+    if count <= 0:
+        return []
+    distinct = {s.shape: i for i, s in reversed(list(enumerate(specs)))}
+    order = sorted(distinct.values())
+    indices = tuple(order[i % len(order)] for i in range(max(count, len(order))))
+    results, _ = run_trace(base_url, Trace(LoadPoint("concurrency", 1), indices, None, 0), specs)
+    return results

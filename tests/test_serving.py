@@ -1,0 +1,262 @@
+"""bench_diffusion_serving against the real engine: two real `sglang serve` arms on the tiny CPU model (arm B with
+dynamic batching, which really changes the server), two request rates and one concurrency, one shared run for the
+report's assertions; no server outlives the CLI on success, failure, Ctrl-C or SIGKILL; bad input is refused
+before any server starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SCRIPTS, run_script
+from sgl_diffusion_bench.serving import metrics, server
+from sgl_diffusion_bench.warm_engine import process_group_members
+
+SAMPLE_MANIFEST = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
+LOAD = ["--model", "tiny-flux-cpu", "--arm-b-args=--batching-max-size 2"]
+
+
+def _gone(pgid: int, within_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not server.group_alive(pgid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(scope="module")
+def serving_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("serving") / "run"
+    run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "2,8", "--concurrency", "2",
+                     "--requests", "3", "--requests-file", str(SAMPLE_MANIFEST), "--slo-ms", "60000",
+                     "--output-dir", str(out), "--json", timeout=900)
+    return run, out
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_serving_ab_report_from_real_requests(serving_run):
+    run, out = serving_run
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = run.document  # validated against serving-report.v1 by run_script
+    assert doc["schema"] == "serving-report.v1" and doc["status"] == "valid"
+    assert doc["requests_source"]["kind"] == "manifest" and doc["requests_source"]["requests"] == 6
+    assert [s["request_id"] for s in doc["request_specs"]][:3] == ["square-64", "wide-128x64", "tall-64x128"]
+    assert [(p["load"]["kind"], p["load"]["value"]) for p in doc["load_points"]] == [
+        ("request_rate", 2.0), ("request_rate", 8.0), ("concurrency", 2.0)]
+    for point in doc["load_points"]:
+        assert [b["position"] for b in point["blocks"]] == ["A1", "B1", "B2", "A2"]
+        for block in point["blocks"]:
+            assert len(block["requests"]) == 3 and all(r["success"] for r in block["requests"])
+            assert all(r["output_sha256"] and r["inference_time_s"] > 0 for r in block["requests"])
+            if point["load"]["kind"] == "request_rate":  # the same seeded trace in every block of both arms
+                assert [r["scheduled_s"] for r in block["requests"]] == pytest.approx(point["load"]["arrivals_s"])
+        for arm in ("A", "B"):  # the percentiles are those of the requests the document lists
+            latencies = [r["latency"] for b in point["blocks"] if b["arm"] == arm for r in b["requests"]]
+            figures = point["arms"][arm]
+            assert figures["completed_requests"] == 6 and figures["failed_requests"] == 0
+            assert figures["latency_p50"] == pytest.approx(metrics.percentile(latencies, 50))
+            assert figures["latency_p99"] == pytest.approx(metrics.percentile(latencies, 99))
+            assert min(latencies) <= figures["latency_p50"] <= figures["latency_p99"] <= max(latencies)
+            assert figures["slo_attainment_rate"] == 1.0 and figures["goodput_qps"] > 0
+        assert set(point["comparison"]) == {"latency_p50", "latency_p99", "throughput_qps"}
+        # the manifest's first three requests, one shape each, each judged on its own
+        assert [r["shape"] for r in point["shapes"]] == ["128x64@2steps", "64x128@2steps", "64x64@2steps"]
+        assert all(r["requests"] == 4 and r["baseline_p50_ms"] > 0 for r in point["shapes"])
+        assert point["output_identity"]["compared_requests"] == 3
+        for change in point["comparison"].values():  # one round: no verdict, but the noise floor is stated
+            assert change["verdict"] == "insufficient_data"
+            assert change["noise_floor"]["min_detectable_effect_pct"] is not None
+    a_log = Path(doc["arms"]["A"]["log"]).read_text()
+    b_log = Path(doc["arms"]["B"]["log"]).read_text()
+    assert "Batch admission enabled: user_max=2" in b_log and "Batch admission enabled" not in a_log
+    for arm in ("A", "B"):
+        assert doc["arms"][arm]["gates"]["valid"] and doc["arms"][arm]["gates"]["native_evidence"]
+        assert _gone(doc["arms"][arm]["pgid"], 1.0), f"arm {arm}'s server outlived a successful run"
+    assert (out / "report.md").read_text().startswith("# Serving A/B")
+    assert (out / "latency_vs_rate.png").stat().st_size > 1000
+    assert json.loads((out / "report.json").read_text())["load_points"] == doc["load_points"]
+
+
+def _start_cli(tmp_path: Path, *, schedulers: bool) -> tuple[subprocess.Popen, list[int]]:
+    """The CLI under a long closed loop; returns once both servers' process groups exist (with ``schedulers``:
+    once each also holds the scheduler process its serve process spawns), with the groups' ids."""
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_serving.py"), *LOAD, "--concurrency", "1",
+                             "--duration-s", "600", "--output-dir", str(tmp_path / "run"), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    deadline = time.monotonic() + 600
+    while True:
+        pgids = [int(m[1]) for m in map(re.compile(r"process group (\d+)").search, list(lines)) if m]
+        if len(pgids) == 2 and all(len(process_group_members(p)) >= (2 if schedulers else 1) for p in pgids):
+            return proc, pgids
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
+        time.sleep(0.2)
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_ctrl_c_stops_both_servers(tmp_path):
+    proc, pgids = _start_cli(tmp_path, schedulers=False)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert json.loads(stdout)["error"]["code"] == "run.interrupted"
+    assert not any(server.group_alive(p) for p in pgids), "a server outlived Ctrl-C"
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_killed_client_takes_its_servers_with_it(tmp_path):
+    proc, pgids = _start_cli(tmp_path, schedulers=True)  # the scheduler is no child of ours: the watchdog's part
+    proc.kill()
+    proc.wait(timeout=30)
+    assert all(_gone(p) for p in pgids), "a server outlived its SIGKILLed client"
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_server_never_healthy_is_an_error(tmp_path):
+    run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--startup-timeout-s", "3",
+                     "--output-dir", str(tmp_path / "run"), "--json", timeout=120)
+    assert run.returncode == 1
+    error = run.document["error"]
+    assert error["code"] == "serving.server_unhealthy" and "within 3 s" in error["message"]
+    assert isinstance(error["details"]["log_tail"], list) and error["details"]["log"].endswith("server.log")
+    assert not server.group_alive(error["details"]["pgid"])
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_server_that_exits_is_an_error_with_its_log_tail(tmp_path):
+    run = run_script("bench_diffusion_serving", "--model", "tiny-flux-cpu", "--arm-a-args=--batching-max-size 0",
+                     "--request-rate", "1", "--output-dir", str(tmp_path / "run"), "--json", timeout=300)
+    assert run.returncode == 1
+    error = run.document["error"]
+    assert error["code"] == "serving.server_exited" and error["details"]["arm"] == "A"
+    assert any("batching_max_size must be >= 1" in line for line in error["details"]["log_tail"])
+    assert "batching_max_size must be >= 1" in error["message"]
+
+
+@pytest.mark.torch
+def test_port_in_use_is_refused_before_anything_starts(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--port-b", str(port),
+                         "--output-dir", str(tmp_path / "run"), "--json")
+    assert run.returncode == 3
+    assert run.document["error"]["code"] == "serving.port_in_use" and str(port) in run.document["error"]["message"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.torch
+def test_an_arm_flag_the_engine_lacks_is_refused_before_anything_starts(tmp_path):
+    run = run_script("bench_diffusion_serving", "--model", "tiny-flux-cpu", "--arm-b-args=--no-such-server-flag 1",
+                     "--request-rate", "1", "--output-dir", str(tmp_path / "run"), "--json")
+    assert run.returncode == 3
+    error = run.document["error"]
+    assert error["code"] == "engine.flag_missing" and error["details"]["missing_flags"] == ["--no-such-server-flag"]
+    assert "--arm-b-args" in error["message"] and not (tmp_path / "run").exists()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("line, says", [
+    ('{"prompt": "a cat", "colour": "red"}', "unsupported field(s): colour"),
+    ('{"prompt": "a cat", "width": 60, "height": 64}', "not a multiple of 8"),
+])
+def test_manifest_line_the_engine_rejects_is_named(tmp_path, line, says):
+    manifest = tmp_path / "requests.jsonl"
+    manifest.write_text(SAMPLE_MANIFEST.read_text().splitlines()[0] + "\n" + line + "\n")
+    run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--requests-file", str(manifest),
+                     "--output-dir", str(tmp_path / "run"), "--json")
+    assert run.returncode == 2
+    error = run.document["error"]
+    assert error["code"] == "serving.bad_manifest" and error["details"]["line"] == 2
+    assert "line 2" in error["message"] and says in error["message"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.torch
+def test_sample_manifest_is_read_by_the_engines_parser():
+    from sgl_diffusion_bench import env
+    from sgl_diffusion_bench.serving import requests
+    specs, sha = requests.load_manifest(SAMPLE_MANIFEST, Path(env.sglang_location()["package_dir"]), (64, 64))
+    assert len(specs) == 6 and len(requests.shapes(specs)) >= 5 and len(sha) == 64
+    assert specs[5].sampling["guidance_scale"] == 3.5 and specs[5].payload()["num_inference_steps"] == 3
+
+
+@pytest.mark.parametrize("rate", ["0", "-1", "2,0", "inf", "nan"])
+def test_rate_zero_or_negative_is_a_usage_error(rate):
+    run = run_script("bench_diffusion_serving", *LOAD, f"--request-rate={rate}", "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "usage.invalid_arguments"
+    assert "request rate" in run.document["error"]["message"] or "not a number" in run.document["error"]["message"]
+
+
+def test_trace_is_seeded_and_poisson():
+    from sgl_diffusion_bench.serving import load
+    point = load.LoadPoint("request_rate", 4.0)
+    first = load.build_trace(point, 3, requests=400, duration_s=None, seed=1)
+    assert first == load.build_trace(point, 3, requests=400, duration_s=None, seed=1)
+    assert first.arrivals_s != load.build_trace(point, 3, requests=400, duration_s=None, seed=2).arrivals_s
+    gaps = [b - a for a, b in zip(first.arrivals_s, first.arrivals_s[1:], strict=False)]
+    assert 0.2 < sum(gaps) / len(gaps) < 0.3 and first.indices[:4] == (0, 1, 2, 0)
+    timed = load.build_trace(point, 1, requests=None, duration_s=5.0, seed=1)
+    assert timed.arrivals_s[-1] <= 5.0 and 8 <= len(timed.arrivals_s) <= 40
+    closed = load.build_trace(load.LoadPoint("concurrency", 2), 3, requests=None, duration_s=5.0, seed=1)
+    assert closed.indices is None and closed.arrivals_s is None and closed.to_json()["planned_requests"] is None
+
+
+def _blocks(rounds: int, a_s: float, b_s: float, shapes=("64x64@2steps",)):
+    """Blocks of 4 requests whose latencies are ``a_s``/``b_s`` (jittered), per A1 B1 B2 A2 round."""
+    from sgl_diffusion_bench.serving import load, verdict
+    out = []
+    for n, (arm, round_no, position) in enumerate(verdict.block_plan(rounds)):
+        base = a_s if arm == "A" else b_s
+        results = [load.RequestResult(i, f"r{i}", shapes[i % len(shapes)], None, 0.0,
+                                      base * (1 + 0.01 * ((n + i) % 3)), True, output_count=1) for i in range(4)]
+        duration = sum(r.latency for r in results)
+        out.append({"arm": arm, "round": round_no, "position": position, "duration": duration,
+                    "metrics": metrics.block_metrics(results, duration, None), "requests": results})
+    return out
+
+
+def test_verdict_over_blocks_reads_throughput_the_right_way_round():
+    from sgl_diffusion_bench.serving import verdict
+    settings = dict(threshold_pct=1.5, resamples=2000, seed=1, confidence=0.95, min_rounds=2)
+    faster = verdict.compare(_blocks(2, 1.0, 0.5), **settings)
+    assert faster["latency_p50"]["verdict"] == "improved" and faster["latency_p99"]["verdict"] == "improved"
+    assert faster["throughput_qps"]["verdict"] == "improved" and faster["throughput_qps"]["change_pct"] > 90
+    assert faster["latency_p50"]["ci_high_pct"] < -40
+    slower = verdict.compare(_blocks(2, 0.5, 1.0), **settings)
+    assert {m["verdict"] for m in slower.values()} == {"regressed"}
+    one_round = verdict.compare(_blocks(1, 1.0, 0.5), **settings)
+    assert {m["verdict"] for m in one_round.values()} == {"insufficient_data"}
+    assert one_round["latency_p50"]["noise_floor"]["min_detectable_effect_pct"] is not None
+    assert verdict.overall([faster]) == "improved" and verdict.overall([faster, slower]) == "regressed"
+    rows = verdict.shape_changes(_blocks(2, 1.0, 0.5, ("64x64@2steps", "128x64@2steps")), **settings)
+    assert [r["shape"] for r in rows] == ["128x64@2steps", "64x64@2steps"]
+    assert all(r["verdict"] == "improved" and r["requests"] == 16 for r in rows)
+
+
+def test_block_figures_follow_bench_serving():
+    from sgl_diffusion_bench.serving import load
+    results = [load.RequestResult(i, "r", "s", None, 0.0, lat, ok, output_count=1 if ok else 0)
+               for i, (lat, ok) in enumerate([(0.1, True), (0.2, True), (0.3, True), (0.4, True), (9.0, False)])]
+    figures = metrics.block_metrics(results, 2.0, slo_ms=250)
+    assert figures["completed_requests"] == 4 and figures["failed_requests"] == 1
+    assert figures["throughput_qps"] == 2.0 and figures["latency_p50"] == pytest.approx(0.25)
+    assert figures["latency_p99"] == pytest.approx(0.397) and figures["latency_mean"] == pytest.approx(0.25)
+    assert figures["slo_met_success"] == 2 and figures["slo_attainment_rate"] == 0.4 and figures["goodput_qps"] == 1.0
