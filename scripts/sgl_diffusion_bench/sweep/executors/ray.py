@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ... import contract, fileio, paths, progress
+from ... import bench_env, contract, env, fileio, paths, progress
 from .. import state as sweep_state
 from .. import worker
 from . import Job, Options, missing_extra, too_big
@@ -39,10 +39,14 @@ def _reachable(address: str) -> bool:
 
 
 def runtime_env() -> dict[str, Any]:
-    root = paths.bundle_root()
+    """The bundle's files as the task's working_dir (a checkout; an installed wheel is on the nodes already), and the
+    driver's DIFFUSION_BENCH_* settings, its work root (assets, caches, the engine probe) included."""
+    variables = {name: os.environ[name] for name in bench_env.VARIABLES if name in os.environ}
+    variables.setdefault(bench_env.WORKDIR, str(env.work_root()[0]))
     if paths.is_checkout():
-        return {"working_dir": str(root), "excludes": EXCLUDES, "env_vars": {"PYTHONPATH": "scripts"}}
-    return {}  # an installed wheel: the nodes' Python has the bundle already
+        return {"working_dir": str(paths.bundle_root()), "excludes": EXCLUDES,
+                "env_vars": {**variables, "PYTHONPATH": "scripts"}}
+    return {"env_vars": variables}
 
 
 def connect(options: Options):

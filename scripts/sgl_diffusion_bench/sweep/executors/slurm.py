@@ -64,11 +64,12 @@ def preflight(jobs: list[Job], options: Options) -> dict[str, Any]:
     return {"gpus": capacity, "nodes": len(set(lines[0::2]))}
 
 
-def _sbatch_parameters(options: Options) -> dict[str, str]:
-    extra = {}
+def _sbatch_parameters(options: Options) -> dict[str, str | bool]:
+    """--sbatch KEY=VALUE (or a bare KEY: a flag) as submitit's additional parameters."""
+    extra: dict[str, str | bool] = {}
     for item in options.sbatch:
         key, sep, value = item.partition("=")
-        extra[key.lstrip("-").replace("-", "_")] = value if sep else ""
+        extra[key.lstrip("-").replace("-", "_")] = value if sep else True
     return extra
 
 
@@ -82,7 +83,7 @@ def submit(folder: Path, jobs: list[Job], options: Options) -> dict[str, Any]:
         group = [j for j in jobs if (j.gpus, j.time_limit_min) == (gpus, limit)]
         parameters: dict[str, Any] = {"time": limit, "nodes": 1, "ntasks_per_node": 1,
                                       "cpus_per_task": options.cpus_per_task, "job_name": "sweep-diffusion",
-                                      "additional_parameters": {"requeue": "", **_sbatch_parameters(options)}}
+                                      "additional_parameters": {"requeue": True, **_sbatch_parameters(options)}}
         if gpus:
             parameters["gres"] = f"gpu:{gpus}"
         for key in ("partition", "account", "qos"):
