@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import ray_cluster as ray_cluster_helper
 import slurm_cluster
 from conftest import SCRIPTS, run_script
 from sgl_diffusion_bench import tiny_model
@@ -155,42 +154,14 @@ def test_the_same_sweep_through_slurm_matches_and_a_cancelled_shard_is_completed
     _same_as_local(report, local_sweep["report"], SHARDS)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray_bin = Path(sys.executable).parent / "ray"
-    if not ray_bin.is_file():
+    if not ray_cluster_helper.ray_bin().is_file():
         if os.environ.get("CI"):
             pytest.fail("ray is not installed (requirements/tools.txt installs it)")
         pytest.skip("ray is not installed: pip install '.[ray]' (make setup installs it)")
-    port, temp = _free_port(), Path(f"/tmp/ray-sweep-{os.getpid()}")
-    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-                             "--port", str(port), "--num-cpus", str(os.cpu_count() or 2), "--num-gpus", "0",
-                             "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(temp)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        if head.poll() is not None:
-            pytest.fail(f"ray start failed: {head.stderr.read()[-2000:]}")
-        time.sleep(0.5)
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        head.terminate()
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            head.kill()
-            head.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+    with ray_cluster_helper.head() as address:
+        yield address
 
 
 def test_half_the_sweep_on_ray_matches_and_a_cancelled_task_is_completed_by_a_second_run(

@@ -60,7 +60,8 @@ def run_shard(folder: str, shard_id: str, argv_template: list[str], shard_hash: 
     stdout_path, stderr_path = directory / f"attempt-{attempt}.stdout.json", directory / f"attempt-{attempt}.stderr.log"
     job_id = job_id or _slurm_job_id()
     base = {"id": shard_id, "hash": shard_hash, "attempt": attempt, "executor": executor, "job_id": job_id,
-            "host": socket.gethostname(), "pid": os.getpid(), "argv": argv, "started_at": contract.utc_now()}
+            "host": socket.gethostname(), "pid": os.getpid(), "argv": argv, "started_at": contract.utc_now(),
+            "started_unix": round(time.time(), 3)}
     (directory / "cancel").unlink(missing_ok=True)  # a cancel request was for an earlier attempt
     sweep_state.write_state(root, shard_id, {**base, "status": "running", "reason": None})
     started = time.monotonic()
@@ -86,7 +87,7 @@ def run_shard(folder: str, shard_id: str, argv_template: list[str], shard_hash: 
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     final = {**base, "status": status, "reason": reason, "exit_code": returncode, "finished_at": contract.utc_now(),
-             "wall_s": round(time.monotonic() - started, 3)}
+             "finished_unix": round(time.time(), 3), "wall_s": round(time.monotonic() - started, 3)}
     result_text = None
     if status == "done":
         result_text = stdout_path.read_text(encoding="utf-8")
