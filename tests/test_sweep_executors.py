@@ -20,7 +20,7 @@ import pytest
 import ray_cluster as ray_cluster_helper
 import slurm_cluster
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import tiny_model
+from sgl_diffusion_bench import presets, tiny_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.torch]
 
@@ -186,3 +186,24 @@ def test_half_the_sweep_on_ray_matches_and_a_cancelled_task_is_completed_by_a_se
     report = sweep("merge", "--folder", str(folder))
     assert report["ok"]
     _same_as_local(report, local_sweep["report"], shards)
+
+
+@pytest.mark.parametrize("executor", ["slurm", "ray"])
+def test_a_shard_needing_more_gpus_than_any_node_has_is_refused_before_submission(executor, request, tmp_path):
+    """The test clusters' nodes have no GPU: a GPU preset fits on none, and nothing reaches the scheduler."""
+    spec = write_spec(tmp_path, {"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu", "flux"]}})
+    if executor == "slurm":
+        env, extra = request.getfixturevalue("slurm"), []
+        before = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i"], capture_output=True, text=True,
+                                env={**os.environ, **env}).stdout
+    else:
+        env, extra = {}, ["--ray-address", request.getfixturevalue("ray_cluster")]
+    run = run_script("sweep_diffusion", "run", str(spec), "--folder", str(tmp_path / "sw"), "--executor", executor,
+                     *extra, "--json", env=env)
+    assert run.returncode == 3 and run.document["error"]["code"] == "sweep.shard_too_big", run.document
+    needs = presets.get_preset("flux").num_gpus
+    assert needs >= 1 and f"flux-o1-r1 ({needs})" in run.document["error"]["message"]
+    assert "tiny-flux-cpu" not in run.document["error"]["message"] and not (tmp_path / "sw").exists()
+    if executor == "slurm":
+        assert subprocess.run(["squeue", "-h", "--states=all", "-o", "%i"], capture_output=True, text=True,
+                              env={**os.environ, **env}).stdout == before
