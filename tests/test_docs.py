@@ -57,6 +57,8 @@ PLACEHOLDERS = {
     "DUMP_A": TEST_FIXTURES / "sglang-0.5.10-h200" / "full_plain" / "perf.json",
     "DUMP_B": TEST_FIXTURES / "sglang-0.5.10-h200" / "full_profile" / "perf.json",
     "NIGHTLY_CONFIG": TEST_FIXTURES / "nightly" / "comparison_configs.json",
+    "SPEC": REPO / "scripts" / "sgl_diffusion_bench" / "data" / "sample_sweep.yaml",  # parse-only: needs a cluster
+    "SWEEP": REPO / "outputs" / "sweep",
 }
 SHELL_VARS = {"PATH", "HOME", "?"}  # set by the shell or the user's session
 NOT_USER_COMMANDS = re.compile(r"\.\./shared|tests/|python3? -c|\bassert\b|\btest -[a-z] ")

@@ -178,13 +178,14 @@ READERS = [
     ("compare_engine_baseline", lambda _, engine_dir: ["--perf-dump", str(PERF), "--gpu-class", "h100", "--scenario",
                                                        "flux_image_t2i", "--engine-dir", engine_dir],
      "baseline.unreadable"),
+    ("sweep_diffusion", lambda f, _: ["plan", f], "input.sweep_spec_unreadable"),
 ]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero", "urandom"])
 @pytest.mark.parametrize("script, argv, code", READERS,
                          ids=["compare_perf", "judge-log", "analyze_trace", "render_bench_report",
-                              "baseline-report", "baseline-perf-dump", "baseline-engine-file"])
+                              "baseline-report", "baseline-perf-dump", "baseline-engine-file", "sweep-spec"])
 def test_a_fifo_or_device_is_refused_before_it_is_read(tmp_path, kind, script, argv, code):
     special = tmp_path / "input.json"
     _make_special(special, kind)

@@ -431,3 +431,7 @@ def self_tests() -> list[selftest.Check]:
 
 def main(argv=None) -> int:
     return _runner.run(TOOL, build_parser(), handle, self_tests, argv)
+
+
+if __name__ == "__main__":  # sweep shards run `python -m sgl_diffusion_bench.cli.bench` (issue 27)
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""sweep_diffusion: a sweep spec (sweep-spec.v1, YAML) expanded into shards, one whole campaign of one preset each
+(an A/B/B/A pair never spans jobs or nodes); run them here, through Slurm (submitit, one job array) or on a Ray
+cluster; see each shard's state; merge the results into one report with a latency-vs-memory plot per arm.
+Running again on the same folder skips finished shards (same hash, intact result) and retries failed ones."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import contract, selftest
+from ..sweep import driver, executors, merge, merge_render
+from ..sweep import spec as sweep_spec
+from . import _runner
+
+TOOL = "sweep_diffusion"
+EPILOG = """examples:
+  python3 scripts/sweep_diffusion.py plan SPEC --folder SWEEP --json
+  python3 scripts/sweep_diffusion.py run SPEC --folder SWEEP --json
+  python3 scripts/sweep_diffusion.py run SPEC --folder /shared/SWEEP --executor slurm --partition gpu --json
+  python3 scripts/sweep_diffusion.py run SPEC --folder SWEEP --executor ray --ray-address 10.0.0.1:6379 --json
+  python3 scripts/sweep_diffusion.py status --folder SWEEP --json
+  python3 scripts/sweep_diffusion.py cancel --folder SWEEP --shard flux-o1-r1 --json
+  python3 scripts/sweep_diffusion.py merge --folder SWEEP --json
+
+""" + _runner.EXIT_CODES_EPILOG
+
+
+def build_parser() -> _runner.Parser:
+    parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
+    sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
+    parent = _runner.json_flag_parent()
+    p = sub.add_parser("plan", parents=[parent], help="the shards of a spec: commands, GPUs, estimated cost")
+    p.add_argument("spec", help="the sweep spec (YAML, sweep-spec.v1)")
+    p.add_argument("--folder", default="sweep", help="the sweep folder the commands write to (default ./sweep)")
+    p = sub.add_parser("run", parents=[parent], help="run the shards not finished yet (skips done, retries failed)")
+    p.add_argument("spec", help="the sweep spec (YAML, sweep-spec.v1)")
+    p.add_argument("--folder", required=True, help="the sweep folder (a shared file system for Slurm)")
+    p.add_argument("--executor", choices=executors.EXECUTORS, default="local",
+                   help="local (default: one shard after another on this host), slurm (submitit job array) or "
+                        "ray (tasks on a running cluster)")
+    p.add_argument("--parallel", type=_runner.bounded_int(1, 1024), default=1,
+                   help="local: shards at once on this host (GPU shards take distinct GPUs through leases; "
+                        "default 1)")
+    p.add_argument("--no-wait", action="store_true", help="slurm: return once the job array is submitted")
+    p.add_argument("--partition", help="slurm: the partition (sbatch --partition)")
+    p.add_argument("--account", help="slurm: the account (sbatch --account)")
+    p.add_argument("--qos", help="slurm: the QoS (sbatch --qos)")
+    p.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                   help="slurm: another sbatch option, e.g. --sbatch constraint=h200 (repeatable)")
+    p.add_argument("--cpus-per-task", type=_runner.bounded_int(1, 1024), default=1,
+                   help="slurm: CPUs per shard (default 1)")
+    p.add_argument("--max-parallel", type=_runner.bounded_int(1, 100000),
+                   help="slurm: at most this many shards at once (the job array's throttle)")
+    p.add_argument("--ray-address", help="ray: the cluster's address (default: $RAY_ADDRESS, else 'auto')")
+    for name, text in (("status", "done / running / failed / pending per shard, from the sweep folder"),
+                       ("merge", "one sweep-report.v1, its Markdown and a Pareto plot per arm")):
+        p = sub.add_parser(name, parents=[parent], help=text)
+        p.add_argument("--folder", required=True, help="the sweep folder")
+    p = sub.add_parser("cancel", parents=[parent], help="stop running or queued shards (scancel, Ray cancel)")
+    p.add_argument("--folder", required=True, help="the sweep folder")
+    p.add_argument("--shard", action="append", required=True, help="a shard id (repeatable)")
+    return parser
+
+
+def _status_text(doc: dict) -> str:
+    lines = [f"{r['id']}: {r['status']}" + (f" ({r['reason']})" if r["reason"] else "") for r in doc["shards"]]
+    return "\n".join(lines + [", ".join(f"{n} {s}" for s, n in doc["counts"].items())])
+
+
+def _status_result(doc: dict, schema: str = "sweep-status.v1") -> _runner.Result:
+    ok = doc["counts"]["done"] == len(doc["shards"])
+    return _runner.Result(contract.envelope(schema, TOOL, ok=ok, **doc), _status_text(doc))
+
+
+def handle(args: argparse.Namespace) -> _runner.Result:
+    if args.command is None:
+        raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
+    folder = Path(args.folder).expanduser().resolve()
+    if args.command == "plan":
+        doc = driver.plan(args.spec, folder)
+        text = "\n".join(f"{r['id']}: {r['gpus']} GPU(s), ~{r['estimate']['minutes']} min "
+                         f"({r['estimate']['source']})\n  {r['command']}" for r in doc["shards"])
+        return _runner.Result(contract.envelope("sweep-plan.v1", TOOL, **doc), text)
+    if args.command == "run":
+        options = executors.Options(wait=not args.no_wait, partition=args.partition, account=args.account,
+                                    qos=args.qos, sbatch=tuple(args.sbatch), cpus_per_task=args.cpus_per_task,
+                                    max_parallel=args.max_parallel, parallel=args.parallel,
+                                    ray_address=args.ray_address)
+        doc = driver.run(args.spec, folder, args.executor, options)
+        result = _status_result(doc)
+        if args.no_wait:
+            result.exit_code = 0 if not doc["counts"]["failed"] else 1
+        return result
+    if args.command == "status":
+        return _status_result(driver.status(folder))
+    if args.command == "cancel":
+        return _status_result(driver.cancel(folder, args.shard))
+    report = merge.merge(folder)
+    plots = merge_render.plots(report, folder)
+    markdown_path = _runner.write_output_file(folder / "sweep-report.md", merge_render.markdown(report, plots),
+                                              "--folder")
+    report["artifacts"] = {"markdown": markdown_path, "plots": plots}
+    ok = not report["failures"]
+    _runner.write_output_file(folder / "sweep-report.json", contract.dumps(
+        contract.envelope("sweep-report.v1", TOOL, ok=ok, **report)), "--folder")
+    return _runner.Result(contract.envelope("sweep-report.v1", TOOL, ok=ok, **report),
+                          merge_render.markdown(report, plots))
+
+
+def self_tests() -> list[selftest.Check]:
+    def sample_spec() -> str:
+        spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]},
+                                  "overrides": [{"seed": 1}, {"seed": 2}]}, "self-test")
+        assert [s.id for s in spec.shards] == ["tiny-flux-cpu-o1-r1", "tiny-flux-cpu-o2-r1"]
+        return "2 shards"
+
+    return selftest.schema_checks(["sweep-spec.v1", "sweep-plan.v1", "sweep-status.v1", "sweep-report.v1"]) + \
+        [selftest.Check("spec", sample_spec)]
+
+
+def main(argv=None) -> int:
+    return _runner.run(TOOL, build_parser(), handle, self_tests, argv)

@@ -1,0 +1,114 @@
+"""plan / run / status / cancel of a sweep: the spec expanded, the folder read, the executor called."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .. import contract, fileio
+from . import executors, plan as sweep_plan, spec as sweep_spec, state as sweep_state
+
+PLACEHOLDER_DIR = "{output_dir}"
+
+
+def _earlier_wall_s(folder: Path, spec: sweep_spec.Spec) -> dict[str, float]:
+    walls: dict[str, float] = {}
+    for shard in spec.shards:
+        recorded = sweep_state.read_state(folder, shard.id) or {}
+        if recorded.get("status") == "done" and recorded.get("wall_s"):
+            walls.setdefault(shard.preset.name, float(recorded["wall_s"]))
+    return walls
+
+
+def plan(spec_path: str, folder: Path) -> dict[str, Any]:
+    spec = sweep_spec.load(spec_path)
+    return sweep_plan.plan_document(spec, folder, _earlier_wall_s(folder, spec))
+
+
+def spec_of_folder(folder: Path) -> sweep_spec.Spec:
+    mark = folder / sweep_state.MARK
+    try:
+        recorded = json.loads(mark.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise contract.UsageError("sweep.not_a_sweep_folder", f"{folder} has no readable {sweep_state.MARK}",
+                                  "give the --folder of an earlier `sweep_diffusion run`") from None
+    return sweep_spec.expand(recorded["spec"], str(mark))
+
+
+def _reconcile(folder: Path) -> None:
+    """Ask Slurm about shards it was given, where it can be asked (a task that vanished is a failed shard)."""
+    jobs = executors.get("slurm").recorded_jobs(folder)
+    if jobs and shutil.which("squeue"):
+        try:
+            executors.get("slurm").reconcile(folder, jobs)
+        except contract.ToolError:
+            pass  # slurmctld unreachable now: the files say what they say
+
+
+def status(folder: Path, spec: sweep_spec.Spec | None = None) -> dict[str, Any]:
+    spec = spec or spec_of_folder(folder)
+    _reconcile(folder)
+    rows = []
+    for shard in spec.shards:
+        found = sweep_state.shard_status(folder, shard.id, sweep_plan.shard_hash(shard))
+        recorded = found["state"] or {}
+        rows.append({"id": shard.id, "preset": shard.preset.name, "gpus": shard.num_gpus, "status": found["status"],
+                     "reason": found["reason"], "attempts": found["attempts"],
+                     "executor": recorded.get("executor"), "job_id": recorded.get("job_id"),
+                     "wall_s": recorded.get("wall_s"), "exit_code": recorded.get("exit_code")})
+    counts = {s: sum(r["status"] == s for r in rows) for s in sweep_state.STATUSES}
+    return {"name": spec.name, "folder": str(folder), "shards": rows, "counts": counts}
+
+
+def jobs_to_run(folder: Path, spec: sweep_spec.Spec) -> tuple[list[executors.Job], list[str]]:
+    """The shards to (re)run now: pending and failed; done ones (same hash, intact result) and running ones stay."""
+    estimates = _earlier_wall_s(folder, spec)
+    todo, skipped = [], []
+    for shard in spec.shards:
+        digest = sweep_plan.shard_hash(shard)
+        found = sweep_state.shard_status(folder, shard.id, digest) if folder.exists() else {"status": "pending"}
+        if found["status"] in ("done", "running"):
+            skipped.append(shard.id)
+            continue
+        argv = sweep_plan.command(shard, PLACEHOLDER_DIR, "{python}")
+        todo.append(executors.Job(shard.id, tuple(argv), digest, shard.num_gpus,
+                                  sweep_plan.estimate(shard, estimates)["time_limit_min"]))
+    return todo, skipped
+
+
+def run(spec_path: str, folder: Path, executor: str, options: executors.Options) -> dict[str, Any]:
+    spec = sweep_spec.load(spec_path)
+    todo, skipped = jobs_to_run(folder, spec)
+    module = executors.get(executor)
+    capacity = module.preflight(todo, options) if todo else {}  # refusals come before the folder or any job
+    sweep_state.prepare(folder, spec.name, spec.document)
+    outcome = module.submit(folder, todo, options) if todo else {"executor": executor, "submitted": [],
+                                                                  "job_ids": {}}
+    document = status(folder, spec)
+    document["run"] = {**outcome, "skipped": skipped, "capacity": capacity, "waited": options.wait}
+    return document
+
+
+def cancel(folder: Path, shard_ids: list[str]) -> dict[str, Any]:
+    """Ask for shards to stop: scancel for Slurm tasks, a request file the Ray driver acts on (ray.cancel)."""
+    spec = spec_of_folder(folder)
+    known = {s.id for s in spec.shards}
+    unknown = sorted(set(shard_ids) - known)
+    if unknown:
+        raise contract.UsageError("sweep.unknown_shard", f"no shard {', '.join(unknown)} in {folder}",
+                                  "see the shard ids with: sweep_diffusion status --folder FOLDER")
+    asked = []
+    for shard_id in shard_ids:
+        recorded = sweep_state.read_state(folder, shard_id) or {}
+        if recorded.get("status") not in ("pending", "running"):
+            continue
+        if recorded.get("executor") == "slurm" and recorded.get("job_id"):
+            executors.get("slurm").cancel(recorded["job_id"])
+        else:
+            fileio.atomic_write_text(sweep_state.shard_dir(folder, shard_id) / "cancel", contract.utc_now())
+        asked.append(shard_id)
+    document = status(folder, spec)
+    document["cancelled"] = asked
+    return document

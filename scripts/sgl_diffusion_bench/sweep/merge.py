@@ -1,0 +1,79 @@
+"""One report for a sweep (sweep-report.v1): per shard its campaign's verdict, change and interval, latency and
+allocated memory per arm, validity and output hashes per cell; every shard that did not finish, with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from . import driver, plan as sweep_plan, state as sweep_state
+
+
+NO_REASON = {"done": "cells not valid", "running": "still running", "pending": "not run yet", "failed": "unknown"}
+
+
+def _median(stats: Any) -> float | None:
+    return stats.get("median") if isinstance(stats, dict) else None
+
+
+def _report_of(folder: Path, shard_id: str, found: dict[str, Any]) -> dict[str, Any] | None:
+    """The bench-report of the shard: its result when done, else its last attempt's document if it wrote one."""
+    directory = sweep_state.shard_dir(folder, shard_id)
+    candidates = [directory / "result.json"] if found["status"] == "done" else \
+        [directory / f"attempt-{found['attempts']}.stdout.json"]
+    for path in candidates:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if document.get("schema") == "bench-report.v1":
+            return document
+    return None
+
+
+def shard_row(folder: Path, shard, found: dict[str, Any]) -> dict[str, Any]:
+    report = _report_of(folder, shard.id, found)
+    recorded = found["state"] or {}
+    row: dict[str, Any] = {"id": shard.id, "preset": shard.preset.name, "task": shard.preset.task,
+                           "overrides": shard.overrides, "repeat": shard.repeat, "gpus": shard.num_gpus,
+                           "status": found["status"], "reason": found["reason"], "attempts": found["attempts"],
+                           "executor": recorded.get("executor"), "wall_s": recorded.get("wall_s"),
+                           "report_path": None, "verdict": None, "primary_metric": None, "change_pct": None,
+                           "ci_low_pct": None, "ci_high_pct": None, "arms": {}, "cells": [], "valid": False}
+    if report is None:
+        return row
+    row["report_path"] = str(sweep_state.shard_dir(folder, shard.id) / "result.json") if found["status"] == "done" \
+        else None
+    summary = report.get("summary") or {}
+    comparison = summary.get("comparison") or {}
+    metric = comparison.get("primary_metric")
+    figures = (comparison.get("metrics") or {}).get(metric) or {}
+    row.update(verdict=comparison.get("verdict"), primary_metric=metric, change_pct=figures.get("change_pct"),
+               ci_low_pct=figures.get("ci_low_pct"), ci_high_pct=figures.get("ci_high_pct"))
+    for arm, stats in (summary.get("arms") or {}).items():
+        row["arms"][arm] = {"e2e_ms": _median(stats.get("e2e_ms")), "denoise_ms": _median(stats.get("denoise_ms")),
+                            "peak_memory_mb": _median(stats.get("peak_memory_mb")),
+                            "memory_kind": stats.get("memory_kind"), "n_valid": stats.get("n_valid"),
+                            "n_cells": stats.get("n_cells")}
+    row["cells"] = [{"position": c.get("position"), "arm": c.get("arm"), "status": c.get("status"),
+                     "outputs_sha256": [o["sha256"] for o in c.get("outputs", []) if o.get("sha256")]}
+                    for c in report.get("cells", [])]
+    row["valid"] = bool(row["cells"]) and all(c["status"] == "valid" for c in row["cells"])
+    return row
+
+
+def merge(folder: Path) -> dict[str, Any]:
+    """The sweep-report.v1 payload; artifacts are written by merge_render."""
+    spec = driver.spec_of_folder(folder)
+    current = driver.status(folder, spec)
+    rows = [shard_row(folder, shard, _found(folder, shard)) for shard in spec.shards]
+    failures = [{"id": r["id"], "preset": r["preset"], "status": r["status"],
+                 "reason": r["reason"] or NO_REASON[r["status"]]}
+                for r in rows if r["status"] != "done" or not r["valid"]]
+    return {"name": spec.name, "folder": str(folder), "counts": current["counts"], "shards": rows,
+            "failures": failures}
+
+
+def _found(folder: Path, shard) -> dict[str, Any]:
+    return sweep_state.shard_status(folder, shard.id, sweep_plan.shard_hash(shard))

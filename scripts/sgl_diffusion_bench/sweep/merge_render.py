@@ -1,0 +1,78 @@
+"""The sweep report's Markdown and its latency-vs-memory Pareto plot per arm (matplotlib, from the report extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}" if isinstance(value, float) else f"{value}{suffix}"
+
+
+def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
+    counts = report["counts"]
+    lines = [f"# Sweep {report['name']}", "",
+             f"{len(report['shards'])} shards: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
+    for preset in dict.fromkeys(r["preset"] for r in report["shards"]):
+        lines += [f"## {preset}", "", "| shard | status | verdict | change (95% interval) | arm: latency e2e ms, "
+                  "allocated MB | valid cells |", "|---|---|---|---|---|---|"]
+        for row in (r for r in report["shards"] if r["preset"] == preset):
+            interval = "" if row["ci_low_pct"] is None else \
+                f" ({_fmt(row['ci_low_pct'], 2)} .. {_fmt(row['ci_high_pct'], 2)})"
+            change = "-" if row["change_pct"] is None else f"{row['change_pct']:+.2f}%{interval}"
+            arms = "; ".join(f"{a}: {_fmt(s['e2e_ms'])}, {_fmt(s['peak_memory_mb'], 0)}"
+                             for a, s in row["arms"].items()) or "-"
+            valid = sum(c["status"] == "valid" for c in row["cells"])
+            lines.append(f"| {row['id']} | {row['status']} | {row['verdict'] or '-'} | {change} | {arms} | "
+                         f"{valid}/{len(row['cells'])} |")
+        lines.append("")
+    if report["failures"]:
+        lines += ["## Not finished or not valid", ""]
+        lines += [f"- {f['id']} ({f['status']}): {f['reason']}" for f in report["failures"]]
+        lines.append("")
+    if plots:
+        lines += ["## Latency vs allocated memory", ""] + [f"![{arm}]({Path(p).name})" for arm, p in plots.items()]
+    return "\n".join(lines) + "\n"
+
+
+def pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Points no other point beats on both memory and latency (lower is better), by memory."""
+    return sorted(p for p in points if not any(q[0] <= p[0] and q[1] <= p[1] and q[:2] != p[:2] for q in points))
+
+
+def plots(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """One PNG per arm: every shard's median E2E against its allocated memory, the Pareto front joined."""
+    try:
+        import matplotlib
+    except ImportError:
+        return {}
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = dict.fromkeys(a for r in report["shards"] for a in r["arms"])
+    written = {}
+    for arm in arms:
+        points = [(s["peak_memory_mb"], s["e2e_ms"], r["id"]) for r in report["shards"]
+                  if (s := r["arms"].get(arm)) and s["e2e_ms"] is not None and s["peak_memory_mb"] is not None]
+        fig, ax = plt.subplots(figsize=(7, 5))
+        if points:
+            ax.scatter([p[0] for p in points], [p[1] for p in points], color="C0")
+            for x, y, name in points:
+                ax.annotate(name, (x, y), fontsize="x-small")
+            front = pareto(points)
+            ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", label="Pareto front")
+            ax.legend(loc="best", fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no shard measured allocated memory for this arm\n(CPU runs record none)",
+                    ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel("allocated memory, median (MB)")
+        ax.set_ylabel("E2E latency, median (ms)")
+        ax.set_title(f"{report['name']}: arm {arm}", fontsize="medium")
+        ax.grid(True, alpha=0.3)
+        path = out_dir / f"pareto-{arm}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written[arm] = str(path)
+    return written

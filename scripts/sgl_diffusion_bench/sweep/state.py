@@ -1,0 +1,105 @@
+"""The sweep folder: the record of what each shard did, the only thing `status`, `run` (resume) and `merge` read.
+
+    <folder>/sweep.json                 the mark that sweep_diffusion made the folder, with the spec it ran
+    <folder>/shards/<id>/state.json     running | done | failed, with hash, attempt, host, pid, job id, reason
+    <folder>/shards/<id>/attempt-<n>/   that attempt's bench output folder (never reused: a retry is a new one)
+    <folder>/shards/<id>/attempt-<n>.stdout.json, .stderr.log   what the bench printed
+    <folder>/shards/<id>/result.json    the finished attempt's bench-report.v1, its sha256 in state.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+from .. import contract, fileio
+
+MARK = "sweep.json"
+STATUSES = ("done", "running", "failed", "pending")
+
+
+def shard_dir(folder: Path, shard_id: str) -> Path:
+    return folder / "shards" / shard_id
+
+
+def attempt_dir(folder: Path, shard_id: str, attempt: int) -> Path:
+    return shard_dir(folder, shard_id) / f"attempt-{attempt}"
+
+
+def next_attempt(folder: Path, shard_id: str) -> int:
+    taken = [int(m[1]) for p in shard_dir(folder, shard_id).glob("attempt-*")
+             if (m := re.fullmatch(r"attempt-(\d+)(\..*)?", p.name))]
+    return max(taken, default=0) + 1
+
+
+def prepare(folder: Path, name: str, spec_document: dict[str, Any]) -> None:
+    """Create (or take up again) a sweep folder; a non-empty folder without our mark is refused."""
+    mark = folder / MARK
+    if folder.exists() and any(folder.iterdir()) and not mark.is_file():
+        raise contract.UsageError("sweep.folder_not_ours", f"{folder} is not empty and is not a sweep folder",
+                                  "give --folder a new or empty directory, or one an earlier sweep made")
+    if mark.is_file():
+        earlier = json.loads(mark.read_text(encoding="utf-8"))
+        if earlier.get("name") != name:
+            raise contract.UsageError("sweep.folder_not_ours", f"{folder} holds sweep {earlier.get('name')!r}, "
+                                      f"not {name!r}", "use another --folder for another sweep")
+    try:
+        (folder / "shards").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise contract.UsageError("usage.output_unwritable", f"cannot create {folder}: {exc.strerror or exc}",
+                                  "choose a writable --folder") from None
+    fileio.atomic_write_text(mark, json.dumps({"made_by": "sweep_diffusion", "name": name, "spec": spec_document},
+                                              indent=1, sort_keys=True))
+
+
+def read_state(folder: Path, shard_id: str) -> dict[str, Any] | None:
+    try:
+        return json.loads((shard_dir(folder, shard_id) / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:
+    directory = shard_dir(folder, shard_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    fileio.atomic_write_text(directory / "state.json", json.dumps(state, indent=1, sort_keys=True))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, Any]:
+    """What the folder says about one shard: status, reason, attempt and the recorded state."""
+    state = read_state(folder, shard_id)
+    if state is None:
+        return {"status": "pending", "reason": None, "attempts": 0, "state": None}
+    attempts, status, reason = state.get("attempt", 0), state.get("status"), state.get("reason")
+    if status == "done":
+        result = shard_dir(folder, shard_id) / "result.json"
+        if state.get("hash") != expected_hash:
+            status, reason = "pending", "its settings changed since it ran (hash differs): it runs again"
+        elif not result.is_file() or "sha256:" + fileio.sha256_file(result) != state.get("result_sha256"):
+            status, reason = "pending", "its result file is missing or altered: it runs again"
+    elif status == "running" and state.get("host") == socket.gethostname() and not _alive(int(state.get("pid", 0))):
+        status = "failed"
+        reason = f"killed: its worker (pid {state.get('pid')}) is gone without writing a result"
+    return {"status": status, "reason": reason, "attempts": attempts, "state": state}
+
+
+def mark_failed(folder: Path, shard_id: str, reason: str) -> None:
+    """An executor's word that a shard it ran ended without a result (cancelled, lost node): failed, with why."""
+    state = read_state(folder, shard_id) or {"attempt": 0}
+    if state.get("status") in (None, "running", "pending"):
+        write_state(folder, shard_id, {**state, "status": "failed", "reason": reason,
+                                       "finished_at": contract.utc_now()})

@@ -1,0 +1,142 @@
+"""sweep_diffusion without an engine (issue 27): specs expanded into shards (one whole campaign each), plans with
+commands, hashes and estimates, and every bad input refused with its error.v1 before anything is created or
+submitted. The executors against the real engine and real Slurm and Ray clusters: tests/test_sweep_executors.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import run_main
+from sgl_diffusion_bench import presets
+from sgl_diffusion_bench.sweep import plan as sweep_plan
+from sgl_diffusion_bench.sweep import spec as sweep_spec
+from sgl_diffusion_bench.sweep import state as sweep_state
+
+
+def write_spec(path: Path, document: dict) -> Path:
+    path.write_text(json.dumps(document))  # JSON is YAML
+    return path
+
+
+def test_a_filter_spec_plans_one_shard_per_preset_override_and_repeat(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", {"schema": "sweep-spec.v1", "name": "nightly",
+                                             "presets": {"names": ["tiny-flux-cpu"],
+                                                         "filter": {"tags": ["nightly"], "max_gpus": 2}},
+                                             "campaign": {"mode": "abba", "rounds": 3, "quality": "lossless"},
+                                             "overrides": [{"num_inference_steps": 4}, {"width": 512, "height": 512}],
+                                             "repeats": 2})
+    run = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(tmp_path / "sw"), "--json")
+    doc = run.document
+    expected = ["tiny-flux-cpu"] + [p.name for p in presets.filter_presets(presets.load_presets(), tags=["nightly"],
+                                                                          max_gpus=2) if p.name != "tiny-flux-cpu"]
+    assert run.returncode == 0 and doc["schema"] == "sweep-plan.v1"
+    assert len(expected) > 2 and doc["totals"]["shards"] == len(expected) * 2 * 2 == len(doc["shards"])
+    assert list(dict.fromkeys(s["preset"] for s in doc["shards"])) == expected
+    assert len({s["id"] for s in doc["shards"]}) == len({s["hash"] for s in doc["shards"]}) == len(doc["shards"])
+    for shard in doc["shards"]:
+        argv = shard["argv"]
+        # one whole campaign per shard: every round of the A/B/B/A pairs is in this one command
+        assert argv[1:3] == ["-m", "sgl_diffusion_bench.cli.bench"] and shlex.split(shard["command"]) == argv
+        assert argv[argv.index("--campaign") + 1] == "abba" and argv[argv.index("--rounds") + 1] == "3"
+        assert argv[argv.index("--model") + 1] == shard["preset"] and "--quality" in argv
+        assert argv[-1] == str(tmp_path / "sw" / "shards" / shard["id"] / "attempt-1")
+        assert shard["estimate"]["cells"] == 12 and shard["estimate"]["source"] == "model"
+        assert shard["estimate"]["gpu_minutes"] == pytest.approx(shard["estimate"]["minutes"] * shard["gpus"], abs=0.02)
+    small, large = (s for s in doc["shards"] if s["preset"] == expected[1] and s["repeat"] == 1)
+    assert "num_inference_steps=4" in small["argv"] and "width=512" in large["argv"]
+    assert doc["totals"]["max_gpus"] == max(p.num_gpus for p in presets.load_presets() if p.name in expected)
+    assert not (tmp_path / "sw").exists()  # a plan writes nothing
+
+
+def test_the_hash_follows_what_the_shard_runs_and_an_earlier_run_replaces_the_estimate(tmp_path):
+    document = {"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}, "campaign": {"mode": "aa"}}
+    one = sweep_spec.expand(document, "a.yaml").shards[0]
+    same = sweep_spec.expand(json.loads(json.dumps(document)), "b.yaml").shards[0]
+    other = sweep_spec.expand({**document, "campaign": {"mode": "aa", "rounds": 3}}, "a.yaml").shards[0]
+    assert sweep_plan.shard_hash(one) == sweep_plan.shard_hash(same) != sweep_plan.shard_hash(other)
+    assert sweep_plan.estimate(one, {})["source"] == "model"
+    measured = sweep_plan.estimate(one, {"tiny-flux-cpu": 90.0})
+    assert measured["source"] == "earlier_run" and measured["minutes"] == 1.5 and measured["time_limit_min"] == 8
+
+
+@pytest.mark.parametrize("document, code, exit_code", [
+    ({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu", "no-such-preset"]}},
+     "sweep.unknown_preset", 2),
+    ({"schema": "sweep-spec.v1", "presets": {"filter": {"tags": ["no-such-tag"]}}}, "sweep.no_presets", 2),
+    ({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}, "campaign": {"mode": "abab"}},
+     "input.schema_mismatch", 2),
+    ({"schema": "sweep-spec.v1", "presets": {"names": ["flux"]}}, "sweep.shard_too_big", 3),  # this host: no GPU
+])
+def test_bad_specs_are_refused_before_anything_is_created(tmp_path, document, code, exit_code):
+    if code == "sweep.shard_too_big" and shutil.which("nvidia-smi"):
+        pytest.skip("this host has GPUs: a one-GPU preset fits")
+    spec = write_spec(tmp_path / "s.yaml", document)
+    run = run_main("sweep_diffusion", "run", str(spec), "--folder", str(tmp_path / "sw"), "--json")
+    assert run.returncode == exit_code and run.document["error"]["code"] == code, run.document
+    assert not (tmp_path / "sw").exists()
+
+
+def test_no_slurm_on_path_and_no_ray_cluster_are_clear_errors_before_submission(tmp_path, monkeypatch):
+    spec = write_spec(tmp_path / "s.yaml", {"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}})
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    run = run_main("sweep_diffusion", "run", str(spec), "--folder", str(tmp_path / "sw"), "--executor", "slurm",
+                   "--json")
+    assert run.returncode == 3 and run.document["error"]["code"] == "sweep.no_slurm"
+    assert "sbatch" in run.document["error"]["message"]
+    run = run_main("sweep_diffusion", "run", str(spec), "--folder", str(tmp_path / "sw"), "--executor", "ray",
+                   "--ray-address", "127.0.0.1:1", "--json")
+    try:
+        import ray  # noqa: F401
+        expected = "sweep.no_ray_cluster"
+    except ImportError:
+        expected = "sweep.executor_missing"
+    assert run.returncode == 3 and run.document["error"]["code"] == expected, run.document
+    assert not (tmp_path / "sw").exists()
+
+
+def test_a_folder_another_tool_made_is_refused_and_status_needs_a_sweep_folder(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", {"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}})
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("not ours")
+    run = run_main("sweep_diffusion", "run", str(spec), "--folder", str(tmp_path / "busy"), "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "sweep.folder_not_ours"
+    assert (tmp_path / "busy" / "keep.txt").read_text() == "not ours"
+    run = run_main("sweep_diffusion", "status", "--folder", str(tmp_path / "busy"), "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "sweep.not_a_sweep_folder"
+
+
+def test_a_shard_whose_worker_is_gone_is_failed_and_an_altered_result_is_pending(tmp_path):
+    """What status reads from the files: a 'running' record whose worker process no longer exists, and a done shard
+    whose result file no longer matches its recorded hash."""
+    spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]},
+                              "overrides": [{"seed": 1}, {"seed": 2}]}, "s.yaml")
+    folder = tmp_path / "sw"
+    sweep_state.prepare(folder, spec.name, spec.document)
+    gone, done = spec.shards
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    import socket
+    sweep_state.write_state(folder, gone.id, {"status": "running", "pid": dead, "host": socket.gethostname(),
+                                              "attempt": 1, "hash": sweep_plan.shard_hash(gone)})
+    result = sweep_state.shard_dir(folder, done.id) / "result.json"
+    result.parent.mkdir(parents=True)
+    result.write_text("{}")
+    from sgl_diffusion_bench import fileio
+    sweep_state.write_state(folder, done.id, {"status": "done", "attempt": 1, "hash": sweep_plan.shard_hash(done),
+                                              "result_sha256": "sha256:" + fileio.sha256_file(result)})
+    run = run_main("sweep_diffusion", "status", "--folder", str(folder), "--json")
+    rows = {r["id"]: r for r in run.document["shards"]}
+    assert run.returncode == 1 and rows[gone.id]["status"] == "failed" and "gone" in rows[gone.id]["reason"]
+    assert rows[done.id]["status"] == "done"
+    result.write_text('{"edited": true}')
+    again = run_main("sweep_diffusion", "status", "--folder", str(folder), "--json")
+    rows = {r["id"]: r for r in again.document["shards"]}
+    assert rows[done.id]["status"] == "pending" and "altered" in rows[done.id]["reason"]
