@@ -10,10 +10,9 @@ scenario matching the run is picked. Over a limit exits 1."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from ..cell import Cell
-from .. import contract, engine_baselines, engine_probe, engine_scenarios, inputs, perf_dump, selftest
+from .. import baseline_check, engine_baselines, perf_dump, selftest
 from . import _runner
 
 TOOL = "compare_engine_baseline"
@@ -54,140 +53,11 @@ def build_parser() -> _runner.Parser:
     return parser
 
 
-def _argv_value(argv: Sequence[str], flag: str) -> str | None:
-    for i, token in enumerate(argv):
-        if token.startswith(flag + "="):
-            return token[len(flag) + 1:]
-        if token == flag and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
-def _one(values: Sequence[Any]) -> Any:
-    """The value all the cells share, None when they disagree or none says."""
-    distinct = {v for v in values if v is not None}
-    return next(iter(distinct)) if len(distinct) == 1 else None
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() and len(text) < 10 else None
-
-
-def report_facts(cells: Sequence[Cell], perfs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Model, size, frames, steps and GPU count of the cells' own requests; steps as the perf dumps counted them."""
-    argvs = [[str(t) for t in c.argv] for c in cells]
-    steps = _one([len(p["denoise_steps_ms"]) for p in perfs if p.get("denoise_steps_ms")])
-    gpus = _one([_int(_argv_value(a, "--num-gpus")) or 1 for a in argvs])
-    return {"model": _one([_argv_value(a, "--model-path") or _argv_value(a, "--model") for a in argvs]),
-            "width": _one([_int(_argv_value(a, "--width")) for a in argvs]),
-            "height": _one([_int(_argv_value(a, "--height")) for a in argvs]),
-            "num_frames": _one([_int(_argv_value(a, "--num-frames")) for a in argvs]),
-            "steps": steps or _one([_int(_argv_value(a, "--num-inference-steps")) for a in argvs]),
-            "num_gpus": gpus}
-
-
-def _gpu_names(environment: Any) -> list[str]:
-    """GPU names of environment.gpus, whose entries are objects with a name or (older reports) plain names."""
-    gpus = environment.get("gpus") if isinstance(environment, dict) else None
-    names = [g.get("name") if isinstance(g, dict) else g for g in gpus or []]
-    return [n for n in names if isinstance(n, str) and n]
-
-
-def _source(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any], list[str], dict[str, Any]]:
-    if args.report:
-        try:
-            doc = inputs.load_json(args.report, "input.unreadable")  # regular files only, strict JSON
-        except contract.InputError as exc:
-            raise contract.InputError("input.unreadable", f"cannot read {args.report}: {exc.message}",
-                                      "pass a bench-report.v1 JSON") from None
-        contract.validate_input(doc, "bench-report.v1", args.report)
-        arm = args.arm or doc["campaign"].get("baseline_arm") or next(iter(doc["campaign"]["arms"]))
-        cells = [c for c in map(Cell.from_json, doc["cells"]) if c.arm == arm and c.status == "valid" and c.perf]
-        perfs = [c.perf for c in cells]
-        return perfs, report_facts(cells, perfs), _gpu_names(doc.get("environment")), \
-            {"kind": "report", "paths": [args.report], "arm": arm}
-    if args.perf_dump:
-        perfs, models = [], []
-        for path in args.perf_dump:
-            # a dump alone does not say what its memory figures are: no VRAM row unless --memory-kind does
-            perfs.append(perf_dump.load_perf_dump(path, args.memory_kind).to_json())
-            raw = inputs.parse_json(inputs.read_text(path, "input.perf_dump_invalid"), path, "input.perf_dump_invalid")
-            models.append((raw.get("meta") or {}).get("model") if isinstance(raw.get("meta"), dict) else None)
-        facts = {"model": _one(models), "width": None, "height": None, "num_frames": None,
-                 "steps": _one([len(p["denoise_steps_ms"]) for p in perfs if p["denoise_steps_ms"]]), "num_gpus": None}
-        return perfs, facts, [], {"kind": "perf_dumps", "paths": list(args.perf_dump), "arm": None}
-    raise contract.UsageError("usage.missing_run", "give --report or --perf-dump", f"{TOOL} --help")
-
-
-def _gpu(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
-    """The run's GPU class from its evidence; for perf dumps (which name no GPU) the one --gpu-class states."""
-    name = names[0] if names else None
-    if args.perf_dump:
-        run_class, shown = args.gpu_class, f"{args.gpu_class} (as --gpu-class states; a perf dump names no GPU)"
-    else:
-        classes = {engine_baselines.gpu_class_of(n) for n in names}
-        run_class = next(iter(classes)) if len(classes) == 1 else None
-        shown = (f"{name} ({run_class})" if run_class else f"{name} (no engine baseline class)") if name \
-            else "no GPU in the report (a CPU run)"
-    return {"name": name, "run_class": run_class, "run": shown, "baseline_class": args.gpu_class or run_class}
-
-
 def handle(args: argparse.Namespace) -> _runner.Result:
-    perfs, run, names, source = _source(args)
-    package_dir = args.engine_dir or engine_probe.probe_engine().capabilities.package_dir
-    gpu = _gpu(args, names)
-    base: dict[str, Any] = {"engine_dir": package_dir, "gpu_name": gpu["name"], "gpu_class": gpu["baseline_class"],
-                            "baselines_path": None, "source": source, "run": run, "scenario_facts": None,
-                            "mismatched": False, "mismatches": []}
-    if package_dir is None:
-        raise contract.PreconditionError("baseline.no_engine", "no installed engine to read baselines from",
-                                         "pass --engine-dir <site-packages>/sglang")
-    if gpu["baseline_class"] is None:
-        result = engine_baselines.no_match(
-            f"no baseline for this GPU: the engine ships baselines for {', '.join(engine_baselines.GPU_CLASSES)} "
-            f"only, and the run's GPU is {gpu['name'] or 'unknown'} (--gpu-class picks a file; the GPU class is then "
-            "a mismatch)")
-    else:
-        baselines = engine_baselines.load_baselines(package_dir, gpu["baseline_class"])
-        base["baselines_path"] = baselines["path"]
-        result = _judge(args, perfs, run, gpu, baselines, package_dir, base)
-    ok = result["verdict"] == "within_baseline"
-    doc = contract.envelope("baseline-check.v1", TOOL, ok=ok, **base, result=result)
-    exit_code = 0 if ok else (1 if result["verdict"] == "over_baseline" else int(contract.ExitCode.PRECONDITION))
-    return _runner.Result(doc, render(doc), exit_code=exit_code)
-
-
-def _judge(args: argparse.Namespace, perfs: list[dict[str, Any]], run: dict[str, Any], gpu: dict[str, Any],
-           baselines: dict[str, Any], package_dir: str, base: dict[str, Any]) -> dict[str, Any]:
-    """Pick or check the scenario, refuse a mismatch unless allowed, compare."""
-    scenarios = sorted(baselines["scenarios"])
-    cases = engine_scenarios.read_scenarios(package_dir)
-    facts = {sid: engine_baselines.scenario_facts(cases.get(sid), baselines["scenarios"][sid]) for sid in scenarios}
-    where = f"{gpu['baseline_class']}.json"
-    if args.scenario and args.scenario not in baselines["scenarios"]:
-        return engine_baselines.no_match(f"scenario {args.scenario!r} is not in {where}: no comparison", scenarios)
-    scenario = args.scenario
-    if not scenario:
-        picked = engine_baselines.matching_scenarios(run, facts)
-        if len(picked) != 1:
-            what = f"{len(picked)} scenarios of {where} match the run ({', '.join(picked)})" if picked else \
-                f"no scenario of {where} measured what the run measured"
-            return engine_baselines.no_match(
-                f"{what} ({engine_baselines.describe(run)}): pass --scenario", scenarios)
-        scenario = picked[0]
-    base["scenario_facts"] = facts[scenario]
-    found = engine_baselines.mismatches(run, facts[scenario], gpu)
-    base["mismatches"], base["mismatched"] = found, bool(found)
-    if engine_baselines.not_allowed(found, args.allow_mismatch):
-        return engine_baselines.refused(scenario, found, scenarios)
-    if not perfs:
-        raise contract.InputError("baseline.no_valid_runs", "the run has no valid cell with a perf dump",
-                                  "compare a run whose cells are valid")
-    result = engine_baselines.compare(perfs, baselines, scenario, profile=args.profile,
-                                      constants=engine_baselines.checker_constants(package_dir))
-    if found:
-        result["figures_verdict"], result["verdict"] = result["verdict"], "mismatched"
-    return result
+    doc = baseline_check.check(report=args.report, perf_dumps=args.perf_dump, memory_kind=args.memory_kind,
+                               arm=args.arm, scenario=args.scenario, gpu_class=args.gpu_class, profile=args.profile,
+                               allow_mismatch=args.allow_mismatch, engine_dir=args.engine_dir, tool=TOOL)
+    return _runner.Result(doc, render(doc), exit_code=baseline_check.exit_code(doc))
 
 
 def _mismatch_lines(doc: dict[str, Any]) -> list[str]:
