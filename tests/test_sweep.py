@@ -140,3 +140,56 @@ def test_a_shard_whose_worker_is_gone_is_failed_and_an_altered_result_is_pending
     again = run_main("sweep_diffusion", "status", "--folder", str(folder), "--json")
     rows = {r["id"]: r for r in again.document["shards"]}
     assert rows[done.id]["status"] == "pending" and "altered" in rows[done.id]["reason"]
+
+
+def _done_shard(folder: Path, shard, report: dict) -> None:
+    """The shard finished: its result is this bench report, recorded with its hash as the worker records it."""
+    from sgl_diffusion_bench import fileio
+    result = sweep_state.shard_dir(folder, shard.id) / "result.json"
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.write_text(json.dumps(report))
+    sweep_state.write_state(folder, shard.id, {"status": "done", "attempt": 1, "hash": sweep_plan.shard_hash(shard),
+                                               "result_sha256": "sha256:" + fileio.sha256_file(result)})
+
+
+def test_merge_compares_each_shard_with_the_nightly_baseline_of_its_scenario_and_gpu_class(tmp_path):
+    """Three done shards: the real H200 campaign (an H200 has no engine baseline class), the same request on a GPU
+    named H100 (judged against the one scenario that measured it, exactly as compare_engine_baseline judges the same
+    report), and the real CPU tiny run (no GPU class): only the H100 one is compared, the others say why not."""
+    from test_engine_baselines import CPU_TINY_REPORT, H200_CAMPAIGN, _engine_with_a_28_step_flux_scenario, \
+        _installed_engine
+    if _installed_engine() is None:
+        pytest.skip("no installed engine with perf baselines (sglang 0.5.23 and newer ship them)")
+    root = _engine_with_a_28_step_flux_scenario(tmp_path, _installed_engine())
+    spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]},
+                              "overrides": [{"seed": 1}, {"seed": 2}, {"seed": 3}]}, "s.yaml")
+    folder = tmp_path / "sw"
+    sweep_state.prepare(folder, spec.name, spec.document)
+    h200, h100, cpu = spec.shards
+    campaign = json.loads(H200_CAMPAIGN.read_text())
+    _done_shard(folder, h200, campaign)
+    renamed = json.loads(H200_CAMPAIGN.read_text())
+    for gpu in renamed["environment"]["gpus"]:
+        gpu["name"] = "NVIDIA H100 80GB HBM3"
+    _done_shard(folder, h100, renamed)
+    _done_shard(folder, cpu, json.loads(CPU_TINY_REPORT.read_text()))
+    run = run_main("sweep_diffusion", "merge", "--folder", str(folder), "--engine-dir", str(root), "--json")
+    rows = {r["id"]: r for r in run.document["shards"]}
+    assert set(rows[h200.id]["nightly"]) == {"eager", "bcg"}
+    for found in rows[h200.id]["nightly"].values():
+        assert found["status"] == "no_baseline" and "NVIDIA H200" in found["reason"] and found["e2e_ms"] is None
+    assert all(c["status"] == "no_baseline" and "a CPU run" in c["reason"] for c in rows[cpu.id]["nightly"].values())
+    judged = rows[h100.id]["nightly"]["eager"]
+    assert judged["gpu_class"] == "h100" and judged["scenario"] == "flux_image_t2i_28_steps"
+    path = tmp_path / "h100-named.json"
+    path.write_text(json.dumps(renamed))
+    single = run_main("compare_engine_baseline", "--report", str(path), "--engine-dir", str(root), "--json").document
+    e2e = next(r for r in single["result"]["rows"] if r["metric"] == "e2e_ms")
+    assert judged["status"] == {"within_baseline": "pass", "over_baseline": "fail"}[single["result"]["verdict"]]
+    assert (judged["baseline_e2e_ms"], judged["e2e_ms"], judged["change_pct"], judged["limit_ms"]) == \
+        (e2e["expected"], e2e["actual"], e2e["change_pct"], e2e["limit"]) and judged["over"] == single["result"]["over"]
+    baselines = json.loads((root / "multimodal_gen/test/server/perf_baselines/h100.json").read_text())
+    assert judged["baseline_e2e_ms"] == baselines["scenarios"]["flux_image_t2i_28_steps"]["expected_e2e_ms"]
+    markdown = (folder / "sweep-report.md").read_text()
+    assert "## Nightly baseline" in markdown and f"e2e {judged['e2e_ms']:.1f} ms vs baseline" in markdown
+    assert f"{h200.id} eager: no_baseline: no baseline for this GPU" in markdown

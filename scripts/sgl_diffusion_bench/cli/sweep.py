@@ -57,6 +57,9 @@ def build_parser() -> _runner.Parser:
                        ("merge", "one sweep-report.v1, its Markdown and a Pareto plot per arm")):
         p = sub.add_parser(name, parents=[parent], help=text)
         p.add_argument("--folder", required=True, help="the sweep folder")
+        if name == "merge":
+            p.add_argument("--engine-dir", help="the sglang package directory whose nightly perf baselines each "
+                                                "shard is compared with (default: the installed engine's)")
     p = sub.add_parser("cancel", parents=[parent], help="stop running or queued shards (scancel, Ray cancel)")
     p.add_argument("--folder", required=True, help="the sweep folder")
     p.add_argument("--shard", action="append", required=True, help="a shard id (repeatable)")
@@ -96,7 +99,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         return _status_result(driver.status(folder))
     if args.command == "cancel":
         return _status_result(driver.cancel(folder, args.shard))
-    report = merge.merge(folder)
+    report = merge.merge(folder, args.engine_dir)
     plots = merge_render.plots(report, folder)
     markdown_path = _runner.write_output_file(folder / "sweep-report.md", merge_render.markdown(report, plots),
                                               "--folder")

@@ -1,5 +1,7 @@
 """One report for a sweep (sweep-report.v1): per shard its campaign's verdict, change and interval, latency and
-allocated memory per arm, validity and output hashes per cell; every shard that did not finish, with its reason."""
+allocated memory per arm, validity and output hashes per cell; per arm the comparison with the engine's nightly perf
+baseline for the shard's scenario and GPU class where the engine ships one (``baseline_check.for_report``); every
+shard that did not finish, with its reason."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .. import baseline_check, env
 from . import driver, plan as sweep_plan, state as sweep_state
 
 
@@ -32,7 +35,7 @@ def _report_of(folder: Path, shard_id: str, found: dict[str, Any]) -> dict[str, 
     return None
 
 
-def shard_row(folder: Path, shard, found: dict[str, Any]) -> dict[str, Any]:
+def shard_row(folder: Path, shard, found: dict[str, Any], engine_dir: str | None = None) -> dict[str, Any]:
     report = _report_of(folder, shard.id, found)
     recorded = found["state"] or {}
     row: dict[str, Any] = {"id": shard.id, "preset": shard.preset.name, "task": shard.preset.task,
@@ -40,7 +43,8 @@ def shard_row(folder: Path, shard, found: dict[str, Any]) -> dict[str, Any]:
                            "status": found["status"], "reason": found["reason"], "attempts": found["attempts"],
                            "executor": recorded.get("executor"), "wall_s": recorded.get("wall_s"),
                            "report_path": None, "verdict": None, "primary_metric": None, "change_pct": None,
-                           "ci_low_pct": None, "ci_high_pct": None, "arms": {}, "cells": [], "valid": False}
+                           "ci_low_pct": None, "ci_high_pct": None, "arms": {}, "cells": [], "valid": False,
+                           "nightly": {}}
     if report is None:
         return row
     row["report_path"] = str(sweep_state.shard_dir(folder, shard.id) / "result.json") if found["status"] == "done" \
@@ -59,15 +63,20 @@ def shard_row(folder: Path, shard, found: dict[str, Any]) -> dict[str, Any]:
     row["cells"] = [{"position": c.get("position"), "arm": c.get("arm"), "status": c.get("status"),
                      "outputs_sha256": [o["sha256"] for o in c.get("outputs", []) if o.get("sha256")]}
                     for c in report.get("cells", [])]
+    source = row["report_path"] or str(sweep_state.shard_dir(folder, shard.id))
+    row["nightly"] = {arm: baseline_check.for_report(report, arm, source, engine_dir)
+                      for arm in report.get("campaign", {}).get("arms") or row["arms"]}
     row["valid"] = bool(row["cells"]) and all(c["status"] == "valid" for c in row["cells"])
     return row
 
 
-def merge(folder: Path) -> dict[str, Any]:
-    """The sweep-report.v1 payload; artifacts are written by merge_render."""
+def merge(folder: Path, engine_dir: str | None = None) -> dict[str, Any]:
+    """The sweep-report.v1 payload; artifacts are written by merge_render. The nightly baselines are read from
+    ``engine_dir`` (default: the engine this Python imports)."""
+    engine_dir = engine_dir or env.sglang_location()["package_dir"]
     spec = driver.spec_of_folder(folder)
     current = driver.status(folder, spec)
-    rows = [shard_row(folder, shard, _found(folder, shard)) for shard in spec.shards]
+    rows = [shard_row(folder, shard, _found(folder, shard), engine_dir) for shard in spec.shards]
     failures = [{"id": r["id"], "preset": r["preset"], "status": r["status"],
                  "reason": r["reason"] or NO_REASON[r["status"]]}
                 for r in rows if r["status"] != "done" or not r["valid"]]

@@ -16,7 +16,7 @@ def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
              f"{len(report['shards'])} shards: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     for preset in dict.fromkeys(r["preset"] for r in report["shards"]):
         lines += [f"## {preset}", "", "| shard | status | verdict | change (95% interval) | arm: latency e2e ms, "
-                  "allocated MB | valid cells |", "|---|---|---|---|---|---|"]
+                  "allocated MB | valid cells | nightly baseline |", "|---|---|---|---|---|---|---|"]
         for row in (r for r in report["shards"] if r["preset"] == preset):
             interval = "" if row["ci_low_pct"] is None else \
                 f" ({_fmt(row['ci_low_pct'], 2)} .. {_fmt(row['ci_high_pct'], 2)})"
@@ -25,15 +25,37 @@ def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
                              for a, s in row["arms"].items()) or "-"
             valid = sum(c["status"] == "valid" for c in row["cells"])
             lines.append(f"| {row['id']} | {row['status']} | {row['verdict'] or '-'} | {change} | {arms} | "
-                         f"{valid}/{len(row['cells'])} |")
+                         f"{valid}/{len(row['cells'])} | {_nightly_cell(row)} |")
         lines.append("")
     if report["failures"]:
         lines += ["## Not finished or not valid", ""]
         lines += [f"- {f['id']} ({f['status']}): {f['reason']}" for f in report["failures"]]
         lines.append("")
+    lines += _nightly_section(report)
     if plots:
         lines += ["## Latency vs allocated memory", ""] + [f"![{arm}]({Path(p).name})" for arm, p in plots.items()]
     return "\n".join(lines) + "\n"
+
+
+def _nightly_cell(row: dict[str, Any]) -> str:
+    parts = [f"{arm}: {c['status']}" + (f" ({c['change_pct']:+.1f}%)" if c["change_pct"] is not None else "")
+             for arm, c in row["nightly"].items()]
+    return "; ".join(parts) or "-"
+
+
+def _nightly_line(shard: str, arm: str, c: dict[str, Any]) -> str:
+    if c["status"] in ("pass", "fail"):
+        over = f"; over: {', '.join(c['over'])}" if c["over"] else ""
+        return (f"- {shard} {arm}: {c['status'].upper()} against {c['scenario']} on {c['gpu_class']} "
+                f"({c['profile']} tolerances): e2e {_fmt(c['e2e_ms'])} ms vs baseline {_fmt(c['baseline_e2e_ms'])} "
+                f"ms ({_fmt(c['change_pct'], 1, '%')}, limit {_fmt(c['limit_ms'])} ms){over}")
+    return f"- {shard} {arm}: {c['status']}: {c['reason']}"
+
+
+def _nightly_section(report: dict[str, Any]) -> list[str]:
+    """Each arm of each shard against the engine's nightly perf baseline of its scenario and GPU class."""
+    lines = [_nightly_line(r["id"], arm, c) for r in report["shards"] for arm, c in r["nightly"].items()]
+    return ["## Nightly baseline (the engine's perf_baselines)", "", *lines, ""] if lines else []
 
 
 def pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
