@@ -13,6 +13,7 @@ _ = log_message  # tests/test_assets.py: http.server's hook, silenced
 _ = do_HEAD  # tests/test_readiness.py: http.server dispatches HEAD requests to it
 _ = pix_fmt  # tests/test_quality.py: PyAV stream attribute
 _ = pytestmark  # pytest reads it
+_ = collect_ignore  # tests/conftest.py: pytest reads it (keeps tests/fixtures out of collection)
 _ = _stop_leftovers  # serving/server.py: registered with atexit by its decorator
 _ = token_present  # model_access.Access: a field serialised by dataclasses.asdict
 # cpu_adapter/sgl_cpu_adapter.py: patched platform methods and their signatures, called by sglang

@@ -19,6 +19,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
+# Kept evidence, not tests: engine sources copied under fixtures (engine-baselines-mini) are named test_*.py.
+collect_ignore = ["fixtures"]
 TEST_FIXTURES = REPO / "tests" / "fixtures"
 HF_TOKEN_CANARY = "hf_CANARYtokenValue0123456789abcdef"
 HF_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{20,}")  # what a real token looks like: kept evidence must hold none

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_main
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.sweep import plan as sweep_plan
 from sgl_diffusion_bench.sweep import spec as sweep_spec
@@ -152,20 +152,43 @@ def _done_shard(folder: Path, shard, report: dict) -> None:
                                                "result_sha256": "sha256:" + fileio.sha256_file(result)})
 
 
+MINI_ENGINE = TEST_FIXTURES / "engine-baselines-mini" / "sglang"
+
+
+def _nightly_engine(tmp_path: Path) -> Path:
+    """An engine folder whose h100.json has a scenario the H200 campaign matches: built from the installed engine
+    when it ships perf baselines, else the small copy of it kept under tests/fixtures."""
+    from test_engine_baselines import _engine_with_a_28_step_flux_scenario, _installed_engine
+    installed = _installed_engine()
+    return _engine_with_a_28_step_flux_scenario(tmp_path, installed) if installed else MINI_ENGINE
+
+
+def test_the_kept_mini_engine_is_what_the_installed_engine_gives(tmp_path):
+    from test_engine_baselines import _engine_with_a_28_step_flux_scenario, _installed_engine
+    from sgl_diffusion_bench import engine_baselines, engine_scenarios
+    if _installed_engine() is None:
+        pytest.skip("no installed engine with perf baselines to check the kept copy against")
+    built = _engine_with_a_28_step_flux_scenario(tmp_path, _installed_engine())
+    kept, made = (engine_baselines.load_baselines(r, "h100") for r in (MINI_ENGINE, built))
+    assert kept["scenarios"]["flux_image_t2i_28_steps"] == made["scenarios"]["flux_image_t2i_28_steps"]
+    assert kept["tolerances"] == made["tolerances"]
+    case = "flux_image_t2i_28_steps"
+    assert engine_scenarios.read_scenarios(MINI_ENGINE)[case] == engine_scenarios.read_scenarios(built)[case]
+    assert engine_baselines.checker_constants(MINI_ENGINE).items() <= engine_baselines.checker_constants(built).items()
+    assert len(engine_baselines.checker_constants(MINI_ENGINE)) == 4
+
+
 def test_merge_compares_each_shard_with_the_nightly_baseline_of_its_scenario_and_gpu_class(tmp_path):
     """Three done shards: the real H200 campaign (an H200 has no engine baseline class), the same request on a GPU
     named H100 (judged against the one scenario that measured it, exactly as compare_engine_baseline judges the same
     report), and the real CPU tiny run (no GPU class): only the H100 one is compared, the others say why not."""
-    from test_engine_baselines import CPU_TINY_REPORT, H200_CAMPAIGN, _engine_with_a_28_step_flux_scenario, \
-        _installed_engine
-    if _installed_engine() is None:
-        pytest.skip("no installed engine with perf baselines (sglang 0.5.23 and newer ship them)")
-    root = _engine_with_a_28_step_flux_scenario(tmp_path, _installed_engine())
+    root = _nightly_engine(tmp_path)
     spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]},
                               "overrides": [{"seed": 1}, {"seed": 2}, {"seed": 3}]}, "s.yaml")
     folder = tmp_path / "sw"
     sweep_state.prepare(folder, spec.name, spec.document)
     h200, h100, cpu = spec.shards
+    from test_engine_baselines import CPU_TINY_REPORT, H200_CAMPAIGN
     campaign = json.loads(H200_CAMPAIGN.read_text())
     _done_shard(folder, h200, campaign)
     renamed = json.loads(H200_CAMPAIGN.read_text())
