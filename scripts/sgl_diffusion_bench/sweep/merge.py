@@ -64,8 +64,9 @@ def shard_row(folder: Path, shard, found: dict[str, Any], engine_dir: str | None
                      "outputs_sha256": [o["sha256"] for o in c.get("outputs", []) if o.get("sha256")]}
                     for c in report.get("cells", [])]
     source = row["report_path"] or str(sweep_state.shard_dir(folder, shard.id))
-    row["nightly"] = {arm: baseline_check.for_report(report, arm, source, engine_dir)
-                      for arm in report.get("campaign", {}).get("arms") or row["arms"]}
+    campaign = report.get("campaign") if isinstance(report.get("campaign"), dict) else {}
+    row["nightly"] = {str(arm): baseline_check.for_report(report, str(arm), source, engine_dir)
+                      for arm in campaign.get("arms") or row["arms"]}
     row["valid"] = bool(row["cells"]) and all(c["status"] == "valid" for c in row["cells"])
     return row
 
