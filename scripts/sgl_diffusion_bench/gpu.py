@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import bench_env, contract
+from . import bench_env, contract, owner
 
 LOCK_DIR_ENV = bench_env.GPU_LOCK_DIR
 
@@ -205,15 +205,6 @@ def _lock_path(lock_dir: Path, uuid: str) -> Path:
     return lock_dir / f"gpu-{uuid}.lock"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def lease_holder(uuid: str, lock_dir: Path = DEFAULT_LOCK_DIR) -> dict[str, Any] | None:
     """Who holds the lease on a GPU right now (its lock record), or None when nobody does."""
@@ -324,7 +315,7 @@ class GpuLease:
                         "pick other GPUs (print-idle-gpus skips leased ones) or wait for that campaign") from None
                 self._fds.append(fd)
                 previous = _read_record(fd)
-                if previous and previous.get("pid") and not _pid_alive(int(previous["pid"])):
+                if previous and previous.get("pid") and not owner.pid_alive(int(previous["pid"])):
                     self.reclaimed.append({"uuid": uuid, "stale_pid": previous["pid"]})
                 if os.fstat(fd).st_uid == os.getuid():
                     record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "label": self.label,

@@ -21,6 +21,17 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that pid exists here (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def record(pid: int | None = None) -> dict[str, Any]:
     pid = os.getpid() if pid is None else pid
     return {"pid": pid, "host": socket.gethostname(), "start_ticks": _start_ticks(pid)}
@@ -35,11 +46,5 @@ def alive(owner: Any) -> bool:
         return True
     now = _start_ticks(owner["pid"])
     if now is None:
-        try:
-            os.kill(owner["pid"], 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_alive(owner["pid"])
     return owner.get("start_ticks") in (None, now)

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 from pathlib import Path
 from typing import Any
 
-from .. import contract, fileio
+from .. import contract, fileio, owner
 
 MARK = "sweep.json"
 STATUSES = ("done", "running", "failed", "pending")
@@ -69,15 +68,6 @@ def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:
     fileio.atomic_write_text(directory / "state.json", json.dumps(state, indent=1, sort_keys=True))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, Any]:
     """What the folder says about one shard: status, reason, attempt and the recorded state."""
@@ -91,7 +81,8 @@ def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, A
             status, reason = "pending", "its settings changed since it ran (hash differs): it runs again"
         elif not result.is_file() or "sha256:" + fileio.sha256_file(result) != state.get("result_sha256"):
             status, reason = "pending", "its result file is missing or altered: it runs again"
-    elif status == "running" and state.get("host") == socket.gethostname() and not _alive(int(state.get("pid", 0))):
+    elif (status == "running" and state.get("host") == socket.gethostname()
+          and not owner.pid_alive(int(state.get("pid", 0)))):
         status = "failed"
         reason = f"killed: its worker (pid {state.get('pid')}) is gone without writing a result"
     return {"status": status, "reason": reason, "attempts": attempts, "state": state}
