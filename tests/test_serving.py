@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench.serving import metrics, server
+from sgl_diffusion_bench import engine_process
+from sgl_diffusion_bench.serving import metrics
 from sgl_diffusion_bench.warm_engine import process_group_members
 
 SAMPLE_MANIFEST = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
@@ -28,7 +29,7 @@ LOAD = ["--model", "tiny-flux-cpu", "--arm-b-args=--batching-max-size 2"]
 def _gone(pgid: int, within_s: float = 20.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if not server.group_alive(pgid):
+        if not engine_process.group_alive(pgid):
             return True
         time.sleep(0.1)
     return False
@@ -113,7 +114,7 @@ def test_ctrl_c_stops_both_servers(tmp_path):
     stdout, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert json.loads(stdout)["error"]["code"] == "run.interrupted"
-    assert not any(server.group_alive(p) for p in pgids), "a server outlived Ctrl-C"
+    assert not any(engine_process.group_alive(p) for p in pgids), "a server outlived Ctrl-C"
 
 
 @pytest.mark.engine
@@ -134,7 +135,7 @@ def test_server_never_healthy_is_an_error(tmp_path):
     error = run.document["error"]
     assert error["code"] == "serving.server_unhealthy" and "within 3 s" in error["message"]
     assert isinstance(error["details"]["log_tail"], list) and error["details"]["log"].endswith("server.log")
-    assert not server.group_alive(error["details"]["pgid"])
+    assert not engine_process.group_alive(error["details"]["pgid"])
 
 
 @pytest.mark.engine

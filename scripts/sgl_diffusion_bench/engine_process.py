@@ -112,16 +112,19 @@ def run_tied(argv: list[str], env: dict[str, str], stdout=None) -> int:
     try:
         return process.wait()
     finally:
-        if process.poll() is None or _group_alive(process.pid):
+        if process.poll() is None or group_alive(process.pid):
             stop_group(process)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is still there (one we may not signal counts as there)."""
     try:
         os.killpg(pgid, 0)
         return True
     except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
 
 
 def stop_group(process: subprocess.Popen) -> None:
@@ -130,7 +133,7 @@ def stop_group(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and (process.poll() is None or _group_alive(process.pid)):
+    while time.monotonic() < deadline and (process.poll() is None or group_alive(process.pid)):
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)

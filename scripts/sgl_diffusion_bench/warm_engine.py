@@ -134,7 +134,7 @@ class WarmEngine:
 
     def stop(self) -> None:
         """Stop the whole group now (SIGTERM, then SIGKILL after a grace period)."""
-        if self.process is not None and (self.process.poll() is None or _group_alive(self.process.pid)):
+        if self.process is not None and (self.process.poll() is None or engine_process.group_alive(self.process.pid)):
             engine_process.stop_group(self.process)
 
     def close(self) -> float:
@@ -224,14 +224,6 @@ class WarmEngine:
                 if reason:
                     stop.update(reason=reason, line=line, after=time.monotonic() - began)
                     self.stop()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def process_group_members(pgid: int) -> set[int]:

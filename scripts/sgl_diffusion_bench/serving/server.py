@@ -12,7 +12,6 @@ import atexit
 import contextlib
 import dataclasses
 import errno
-import os
 import signal
 import socket
 import subprocess
@@ -185,7 +184,7 @@ class Server:
         if self.process is not None:
             engine_process.stop_group(self.process)
             deadline = time.monotonic() + GONE_WAIT_S  # SIGKILLed members take a moment to disappear
-            while group_alive(self.process.pid) and time.monotonic() < deadline:
+            while engine_process.group_alive(self.process.pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self._reader is not None:
                 self._reader.join(timeout=10)
@@ -219,17 +218,6 @@ def running(specs: Sequence[ServerSpec], startup_timeout_s: float):
     finally:
         for server in servers:
             server.stop()
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still there."""
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 @atexit.register
