@@ -216,3 +216,33 @@ def test_merge_compares_each_shard_with_the_nightly_baseline_of_its_scenario_and
     markdown = (folder / "sweep-report.md").read_text()
     assert "## Nightly baseline" in markdown and f"e2e {judged['e2e_ms']:.1f} ms vs baseline" in markdown
     assert f"{h200.id} eager: no_baseline: no baseline for this GPU" in markdown
+
+
+def test_an_arm_over_its_nightly_baseline_fails_the_sweep(tmp_path):
+    """A sweep used as a nightly check: the same H100-named campaign against a baseline that expects half its e2e
+    is a regression, listed in baseline_regressions and in the Markdown, and merge exits 1 with ok false."""
+    import shutil
+    root = tmp_path / "engine"
+    shutil.copytree(_nightly_engine(tmp_path / "built"), root)
+    baseline_file = root / "multimodal_gen/test/server/perf_baselines/h100.json"
+    baselines = json.loads(baseline_file.read_text())
+    scenario = baselines["scenarios"]["flux_image_t2i_28_steps"]
+    scenario["expected_e2e_ms"] = scenario["expected_e2e_ms"] / 2
+    baseline_file.write_text(json.dumps(baselines))
+    spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}}, "s.yaml")
+    folder = tmp_path / "sw"
+    sweep_state.prepare(folder, spec.name, spec.document)
+    from test_engine_baselines import H200_CAMPAIGN
+    renamed = json.loads(H200_CAMPAIGN.read_text())
+    for gpu in renamed["environment"]["gpus"]:
+        gpu["name"] = "NVIDIA H100 80GB HBM3"
+    _done_shard(folder, spec.shards[0], renamed)
+    run = run_main("sweep_diffusion", "merge", "--folder", str(folder), "--engine-dir", str(root), "--json")
+    assert run.returncode == 1 and run.document["ok"] is False and run.document["failures"] == []
+    row = run.document["shards"][0]
+    failed = sorted(arm for arm, c in row["nightly"].items() if c["status"] == "fail")
+    assert failed and sorted(r["arm"] for r in run.document["baseline_regressions"]) == failed
+    assert all(r["id"] == row["id"] and r["scenario"] == "flux_image_t2i_28_steps" and r["change_pct"] > 0
+               for r in run.document["baseline_regressions"])
+    markdown = (folder / "sweep-report.md").read_text()
+    assert "## Over the nightly baseline (the sweep fails)" in markdown and f"- {row['id']} {failed[0]}:" in markdown

@@ -1,6 +1,6 @@
 """sweep_diffusion's executors against real things (issue 27): a 4-shard sweep of the tiny CPU model run here
 (--executor local), the same sweep through submitit on a real single-node Slurm cluster started for the tests
-(tests/slurm_cluster.py), and half of it on a local Ray cluster (`ray start --head` on 127.0.0.1): the merged
+(tests/slurm_cluster.py), and the same sweep on a local Ray cluster (`ray start --head` on 127.0.0.1): the merged
 reports match shard for shard (same cells valid, same output hashes). On Slurm and on Ray one shard is cancelled
 while it runs: it is a failed shard with the reason, and `run` again completes it without re-running the others.
 
@@ -164,10 +164,10 @@ def ray_cluster():
         yield address
 
 
-def test_half_the_sweep_on_ray_matches_and_a_cancelled_task_is_completed_by_a_second_run(
+def test_the_same_sweep_on_ray_matches_and_a_cancelled_task_is_completed_by_a_second_run(
         ray_cluster, local_sweep, tiny_env, tmp_path):
-    spec = write_spec(tmp_path, {**SPEC, "overrides": [{"seed": 1}]})
-    folder, shards = tmp_path / "sweep", SHARDS[:2]
+    spec = write_spec(tmp_path, SPEC)
+    folder, shards = tmp_path / "sweep", SHARDS
     argv = [sys.executable, str(SCRIPTS / "sweep_diffusion.py"), "run", str(spec), "--folder", str(folder),
             "--executor", "ray", "--ray-address", ray_cluster, "--json"]
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

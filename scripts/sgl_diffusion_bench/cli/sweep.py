@@ -104,7 +104,7 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     markdown_path = _runner.write_output_file(folder / "sweep-report.md", merge_render.markdown(report, plots),
                                               "--folder")
     report["artifacts"] = {"markdown": markdown_path, "plots": plots}
-    ok = not report["failures"]
+    ok = merge.report_ok(report)
     _runner.write_output_file(folder / "sweep-report.json", contract.dumps(
         contract.envelope("sweep-report.v1", TOOL, ok=ok, **report)), "--folder")
     return _runner.Result(contract.envelope("sweep-report.v1", TOOL, ok=ok, **report),

@@ -82,7 +82,19 @@ def merge(folder: Path, engine_dir: str | None = None) -> dict[str, Any]:
                  "reason": r["reason"] or NO_REASON[r["status"]]}
                 for r in rows if r["status"] != "done" or not r["valid"]]
     return {"name": spec.name, "folder": str(folder), "counts": current["counts"], "shards": rows,
-            "failures": failures}
+            "failures": failures, "baseline_regressions": baseline_regressions(rows)}
+
+
+def baseline_regressions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every arm that failed its nightly baseline: a sweep used as a nightly check must not pass over one."""
+    return [{"id": row["id"], "preset": row["preset"], "arm": arm, "scenario": check["scenario"],
+             "gpu_class": check["gpu_class"], "change_pct": check["change_pct"], "over": check["over"]}
+            for row in rows for arm, check in row["nightly"].items() if check["status"] == "fail"]
+
+
+def report_ok(report: dict[str, Any]) -> bool:
+    """No shard unfinished or invalid, and no arm over its nightly baseline's bound."""
+    return not report["failures"] and not report["baseline_regressions"]
 
 
 def _found(folder: Path, shard) -> dict[str, Any]:

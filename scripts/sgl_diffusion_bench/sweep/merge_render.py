@@ -31,6 +31,11 @@ def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
         lines += ["## Not finished or not valid", ""]
         lines += [f"- {f['id']} ({f['status']}): {f['reason']}" for f in report["failures"]]
         lines.append("")
+    if report["baseline_regressions"]:
+        lines += ["## Over the nightly baseline (the sweep fails)", ""]
+        lines += [f"- {r['id']} {r['arm']}: {r['scenario']} on {r['gpu_class']}, e2e {_fmt(r['change_pct'], 1, '%')}"
+                  f"; over: {', '.join(r['over']) or 'e2e'}" for r in report["baseline_regressions"]]
+        lines.append("")
     lines += _nightly_section(report)
     if plots:
         lines += ["## Latency vs allocated memory", ""] + [f"![{arm}]({Path(p).name})" for arm, p in plots.items()]
