@@ -21,9 +21,9 @@ from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS, run_script
 
 pytestmark = pytest.mark.engine
 
-# --engine-overlap on: the candidate's engine loads beside the baseline's warm-up (auto does so on a GPU only)
+# --engine-overlap early: both engines launch together, sized by the weights on disk (auto does so on a GPU only)
 REQUEST = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info", "--budget-requests", "8",
-           "--engine-overlap", "on")
+           "--engine-overlap", "early")
 
 
 def _manifest(folder: Path) -> dict:
@@ -105,19 +105,19 @@ def _utc(text: str) -> datetime.datetime:
 
 
 def test_the_engines_loaded_side_by_side_and_the_evidence_says_so(folder):
-    """The candidate's engine launched once the baseline's was READY, before its warm-up ended (so before its last
-    cell); both finished before the first measured request; every cell valid, one output across both engines."""
+    """Both engines launched together (the tiny model's weights on disk fit twice over the free memory), before
+    either was READY; both finished before the first measured request; every cell valid, one output across both
+    engines; the shutdowns ran at once, so the campaign waited for the slower one only."""
     report = json.loads((folder["out"] / _step(folder["resumed"].document, "campaign")["document"]).read_text())
     engines = report["engines"]
-    assert engines["overlap"]["overlapped"] and engines["overlap"]["mode"] == "on", engines["overlap"]
-    assert "fit beside the first" in engines["overlap"]["reason"] and engines["schedule"] == "interleaved"
+    overlap = engines["overlap"]
+    assert overlap["overlapped"] and overlap["mode"] == "early" and overlap["when"] == "at_launch", overlap
+    assert overlap["weights_bytes"] > 0 and overlap["needed_bytes"] == int(overlap["weights_bytes"] * 2 * 1.5)
+    assert "launched together" in overlap["reason"] and engines["schedule"] == "interleaved"
     e1, e2 = engines["starts"]
     assert e1["overlapped_with"] == ["e2"] and e2["overlapped_with"] == ["e1"]
-    assert _utc(e1["launched_at"]) < _utc(e1["ready_at"]) <= _utc(e2["launched_at"]) < _utc(e1["finished_at"])
+    assert _utc(e1["launched_at"]) <= _utc(e2["launched_at"]) < _utc(e1["ready_at"])
     cells = report["cells"]
-    e1_end = max(_utc(c["started_at"]) + datetime.timedelta(seconds=c["wall_s"]) for c in cells
-                 if c["engine"]["id"] == "e1")
-    assert _utc(e2["launched_at"]) < e1_end
     # no measured request beside a loading engine (a cell's started_at is in whole seconds, truncated)
     first_cell = min(_utc(c["started_at"]) for c in cells)
     assert first_cell >= _utc(e2["finished_at"]).replace(microsecond=0)
@@ -126,9 +126,12 @@ def test_the_engines_loaded_side_by_side_and_the_evidence_says_so(folder):
         assert start["load_s"] == pytest.approx(load, abs=0.01) and start["warmup_s"] > 0
     assert {c["engine"]["id"] for c in cells} == {"e1", "e2"} and all(c["status"] == "valid" for c in cells)
     assert len({o["sha256"] for c in cells for o in c["outputs"]}) == 1
+    shutdowns = [(_utc(s["closed_at"]) - datetime.timedelta(seconds=s["shutdown_s"]), _utc(s["closed_at"]))
+                 for s in (e1, e2)]
+    assert shutdowns[0][0] < shutdowns[1][1] and shutdowns[1][0] < shutdowns[0][1], shutdowns  # at once
     markdown = (folder["out"] / "EVIDENCE.md").read_text()
-    assert "- Engine overlap: e1 with e2 started side by side (the other engine(s) fit beside the first" in markdown
-    assert "--engine-overlap on" in markdown  # the reproduce command asks for the same
+    assert "- Engine overlap: e1 with e2 started side by side (all 2 engines launched together" in markdown
+    assert "--engine-overlap early" in markdown  # the reproduce command asks for the same
 
 
 def test_verify_passes_on_the_folder_and_a_second_run_redoes_nothing(folder, tmp_path):

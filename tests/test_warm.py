@@ -153,6 +153,47 @@ def test_the_overlap_decision_and_its_reason(mode, engines, schedule, on_gpu, fi
     assert doc["mode"] == mode and doc["memory_kind"] == ("device" if on_gpu else "process_rss")
 
 
+@pytest.mark.parametrize("mode, engines, schedule, on_gpu, weights, free, launched", [
+    ("auto", 2, "auto", True, 23 * GIB, 139 * GIB, True),  # the H200: 2 x 1.5 x 23 GiB = 69 GiB of 139 GiB free
+    ("auto", 2, "auto", True, 23 * GIB, 68 * GIB, False),  # not by the weights: wait for the first engine's load
+    ("auto", 2, "auto", False, 1 * GIB, 20 * GIB, False),  # auto never launches together on CPU
+    ("early", 2, "auto", False, 1 * GIB, 20 * GIB, True),
+    ("early", 2, "interleaved", True, 1 * GIB, 20 * GIB, True),
+    ("early", 2, "alternating_blocks", True, 1 * GIB, 20 * GIB, False),
+    ("on", 2, "auto", True, 1 * GIB, 100 * GIB, False),  # on: beside the first's warm-up, never before its load
+    ("off", 2, "auto", True, 1 * GIB, 100 * GIB, False),
+    ("early", 1, "auto", True, 1 * GIB, 100 * GIB, False),
+    ("early", 2, "auto", True, None, 100 * GIB, False),  # a hub id: no weights on disk to size by
+    ("early", 2, "auto", True, 1 * GIB, None, False),
+    ("early", 3, "auto", True, 10 * GIB, 44 * GIB, False),  # 3 x 1.5 x 10 GiB = 45 GiB
+])
+def test_launching_every_engine_together_is_sized_by_the_weights_on_disk(mode, engines, schedule, on_gpu, weights,
+                                                                        free, launched):
+    doc = engine_overlap.decide_at_launch(mode, engines=engines, schedule=schedule, on_gpu=on_gpu,
+                                          weights_bytes=weights, available_bytes=free)
+    assert (doc is not None) is launched, doc
+    if launched:
+        assert doc["overlapped"] and doc["when"] == "at_launch" and doc["weights_bytes"] == weights
+        assert doc["needed_bytes"] == int(weights * engines * 1.5) <= free and "launched together" in doc["reason"]
+        assert doc["memory_kind"] == ("device" if on_gpu else "process_rss")
+
+
+def test_the_weights_on_disk_are_the_weight_files_of_the_model_folder(tmp_path):
+    model = tmp_path / "FLUX.1-dev"
+    (model / "transformer").mkdir(parents=True)
+    (model / "transformer" / "a.safetensors").write_bytes(b"x" * 3000)
+    (model / "vae.bin").write_bytes(b"x" * 500)
+    (model / "model_index.json").write_text("{}")  # not a weight file
+    assert engine_overlap.weights_on_disk(str(model)) == 3500
+    assert engine_overlap.weights_on_disk("black-forest-labs/FLUX.1-dev") is None  # a hub id
+    (tmp_path / "empty").mkdir()
+    assert engine_overlap.weights_on_disk(str(tmp_path / "empty")) is None
+    assert engine_overlap.weights_on_disk(None) is None
+    assert engine_overlap.model_path_of(["x", "--model-path=/m", "--seed=1"]) == "/m"
+    assert engine_overlap.model_path_of(["--model-path", "/n"]) == "/n"
+    assert engine_overlap.model_path_of(["--x"]) is None
+
+
 def test_engine_spans_that_cross_overlap_and_spans_that_touch_do_not():
     spans = {"e1": (0.0, 10.0), "e2": (4.0, 12.0), "e3": (12.0, 20.0)}
     assert engine_overlap.overlapping(spans) == {"e1": ["e2"], "e2": ["e1"], "e3": []}

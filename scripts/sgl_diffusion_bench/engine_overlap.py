@@ -8,22 +8,71 @@ the first measured request, so that no measured request runs beside an engine th
 load and warm-up stay measured, from its own log: the overlap shows in the timestamps (``started_at`` is the launch,
 ``ready_at``, ``finished_at``), not in derived figures.
 
-The decision is taken once, when the first engine is READY, and recorded with its reason. ``auto`` overlaps on a GPU
-lease only: on CPU the engines share the host's cores, so an overlapped load slows the warm-up beside it; ``on``
-overlaps wherever memory allows (the CPU tests use it); ``off`` never does.
+Where the model's weights are on local disk, the decision can be taken before anything loads: when every engine
+fits at once by the weights' size (``MARGIN_AT_LAUNCH`` over them), all engines are launched together, so the second
+engine's load and start-up warm-up (the first boot's kernel compile) run beside the first's instead of after its
+load. Otherwise it is taken once, when the first engine is READY, from that engine's measured footprint. Either way
+it is recorded with its reason and ``when``. ``auto`` overlaps on a GPU lease only (at launch when the weights tell,
+else after the first load): on CPU the engines share the host's cores, so an overlapped load slows the warm-up
+beside it; ``early`` launches together wherever the weights fit (else as ``on``); ``on`` overlaps after the first
+load wherever memory allows (the CPU tests use both); ``off`` never does.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import time
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-MODES = ("auto", "on", "off")
+MODES = ("auto", "early", "on", "off")
 # the first engine's footprint is taken after its load, before warm-up and requests grow it: a second engine must fit
 # this many times over (warm mode's residency margin applies to footprints taken after warm-up)
 MARGIN_AFTER_LOAD = 2.0
+# before any engine has loaded, only the weights on disk are known: every engine must fit them this many times over
+# (a FLUX.1-dev-shaped engine on the H200 held 1.07 x its 23.4 GiB of weights after load)
+MARGIN_AT_LAUNCH = 1.5
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 GIB = 1024 ** 3
+
+
+def model_path_of(argv: Sequence[str]) -> str | None:
+    """The ``--model-path`` an engine command loads (``--model-path=X`` or ``--model-path X``)."""
+    for n, token in enumerate(argv):
+        if token.startswith("--model-path="):
+            return token.split("=", 1)[1]
+        if token == "--model-path" and n + 1 < len(argv):
+            return argv[n + 1]
+    return None
+
+
+def weights_on_disk(model_path: str | None) -> int | None:
+    """Bytes of weight files below a local model folder (links followed); None for a hub id or an empty folder."""
+    if not model_path:
+        return None
+    root = Path(model_path)
+    if not root.is_dir():
+        return None
+    total = sum(f.stat().st_size for f in root.rglob("*") if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+    return total or None
+
+
+def decide_at_launch(mode: str, *, engines: int, schedule: str, on_gpu: bool, weights_bytes: int | None,
+                     available_bytes: int | None) -> dict[str, Any] | None:
+    """Launch every engine together? The record when yes; None when the decision waits for the first engine's load
+    (not asked for, one engine, unknown weights or memory, or not enough room by the weights)."""
+    if engines < 2 or schedule == "alternating_blocks" or not (mode == "early" or (mode == "auto" and on_gpu)):
+        return None
+    if weights_bytes is None or available_bytes is None:
+        return None
+    need = int(weights_bytes * engines * MARGIN_AT_LAUNCH)
+    if available_bytes < need:
+        return None
+    return {"mode": mode, "overlapped": True, "when": "at_launch", "weights_bytes": weights_bytes,
+            "reason": f"all {engines} engines launched together: need {gib(need)} ({MARGIN_AT_LAUNCH:g} x "
+                      f"{gib(weights_bytes)} of weights on disk per engine), free {gib(available_bytes)}",
+            "first_engine_bytes": None, "available_bytes": available_bytes, "needed_bytes": need,
+            "memory_kind": "device" if on_gpu else "process_rss", "margin": MARGIN_AT_LAUNCH}
 
 
 def decide(mode: str, *, engines: int, schedule: str, on_gpu: bool, first_bytes: int | None,
@@ -31,7 +80,8 @@ def decide(mode: str, *, engines: int, schedule: str, on_gpu: bool, first_bytes:
     """Whether the other engine(s) may load beside the first, and why; ``first_bytes`` is the first engine's footprint
     after its load (RSS on CPU, growth of used device memory on a GPU), ``available_bytes`` what is free now."""
     need = int(first_bytes * (engines - 1) * MARGIN_AFTER_LOAD) if first_bytes and engines > 1 else None
-    doc: dict[str, Any] = {"mode": mode, "overlapped": False, "reason": None, "first_engine_bytes": first_bytes,
+    doc: dict[str, Any] = {"mode": mode, "overlapped": False, "when": "after_first_load", "reason": None,
+                           "first_engine_bytes": first_bytes,
                            "available_bytes": available_bytes, "needed_bytes": need,
                            "memory_kind": "device" if on_gpu else "process_rss", "margin": MARGIN_AFTER_LOAD}
     if engines < 2:

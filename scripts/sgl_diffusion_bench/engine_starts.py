@@ -44,6 +44,7 @@ class EngineStart:
     launched_at: str | None = None  # the process spawned (milliseconds; started_at keeps its seconds form)
     ready_at: str | None = None  # the driver's READY, read by the log thread (started_at is the launch)
     finished_at: str | None = None  # warm-up done: the engine can serve measured requests
+    closed_at: str | None = None  # its shutdown done
     overlapped_with: list[str] = dataclasses.field(default_factory=list)  # engines whose start spans cross this one's
     gpu_before: Any = None  # GPU pids and used memory just before the launch (None on CPU)
     finished_monotonic: float | None = None
@@ -58,7 +59,7 @@ class EngineStart:
                 "status": self.status, "reasons": self.reasons, "bcg_captures": self.captures,
                 "first_measured_cell": self.first_measured_cell, "engine_run": self.facts.to_json(),
                 "memory_basis": self.memory_basis, "launched_at": self.launched_at, "ready_at": self.ready_at,
-                "finished_at": self.finished_at,
+                "finished_at": self.finished_at, "closed_at": self.closed_at,
                 "overlapped_with": self.overlapped_with}
 
 

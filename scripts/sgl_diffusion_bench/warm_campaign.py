@@ -17,6 +17,7 @@ the first measured request, so their loads overlap its warm-up but never a measu
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import sys
 import time
@@ -211,14 +212,19 @@ class WarmCampaign:
             start.engine.stop()  # still loading: a driver that has not printed READY reads no quit request
         if start.engine is not None and not start.engine.closed:
             start.shutdown_s = start.engine.close()
+            start.closed_at = engine_overlap.utc_of(time.monotonic())
             start.wall_s = time.monotonic() - (start.engine.started_monotonic or time.monotonic())
         if start.status in ("serving", "launched"):
             start.status = "closed"
         self.resident = {k: s for k, s in self.resident.items() if s is not start}
 
     def close_all(self) -> None:
-        for start in self.starts:
-            self._close(start)
+        """Every engine shut down at once: each close is mostly a wait for its process group to exit (no measured
+        request runs any more), so the campaign waits for the slowest, not for the sum."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(len(self.starts), 1)) as pool:
+            for done in [pool.submit(self._close, start) for start in self.starts]:
+                done.result()
+        self.resident = {}  # the threads' own removals may race; every engine is closed now
 
     def _decide_residency(self, first: EngineStart) -> None:
         """All engines resident when the measured footprint of the first fits the rest; else alternating blocks."""
@@ -268,6 +274,28 @@ class WarmCampaign:
                 if on_gpu:
                     launched.memory_basis = "not measured: it loaded while another engine of this campaign warmed up"
 
+    def _launch_all_at_once(self) -> bool:
+        """Before anything loads: launch every engine now when all fit by their weights on disk (engine_overlap)."""
+        on_gpu = self.runner.cuda_visible_devices is not None
+        decided = engine_overlap.decide_at_launch(
+            self.settings.engine_overlap, engines=len(self.keys), schedule=self.settings.warm_schedule, on_gpu=on_gpu,
+            weights_bytes=engine_overlap.weights_on_disk(engine_overlap.model_path_of(self.runner.invocations[0].argv)),
+            available_bytes=self.runner.gpu_free_bytes() if on_gpu else warm_engine.available_memory_bytes())
+        if decided is None:
+            return False
+        self.overlap = decided
+        if self.settings.warm_schedule != "auto":
+            self.schedule = self.settings.warm_schedule
+        self.residency.update(checked=True, first_engine_bytes=None, available_bytes=decided["available_bytes"],
+                              needed_bytes=decided["needed_bytes"], resident=True, memory_kind=decided["memory_kind"],
+                              reason="every engine fits at once by its weights on disk "
+                                     f"(x {engine_overlap.MARGIN_AT_LAUNCH:g})")
+        for key_index in range(len(self.keys)):
+            self.resident[key_index] = launched = self._launch(key_index)
+            if on_gpu:
+                launched.memory_basis = "not measured: every engine of this campaign loaded at once"
+        return True
+
     def _engine_for(self, key_index: int) -> EngineStart:
         start = self.resident.get(key_index) or self.failed.get(key_index)
         if start is not None and (start.status != "serving" or (start.engine is not None and start.engine.alive)):
@@ -275,7 +303,10 @@ class WarmCampaign:
         if self.schedule == "alternating_blocks":
             for other in list(self.resident.values()):
                 self._close(other)
-        start = self._start(key_index)
+        if not self.starts and self._launch_all_at_once():
+            start = self._finish(self.resident[key_index])
+        else:
+            start = self._start(key_index)
         self.resident[key_index] = start
         launched = [s for s in self.resident.values() if s.status == "launched"]
         if launched:  # loading beside the first one's warm-up: finished before any measured request runs

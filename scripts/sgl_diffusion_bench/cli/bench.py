@@ -102,8 +102,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                       help="warm engines of several configurations (eager vs BCG): auto (default) keeps them all "
                            "resident and interleaves requests A/B/B/A when memory allows, else alternates blocks")
     camp.add_argument("--engine-overlap", choices=engine_overlap.MODES, default="auto",
-                      help="warm engines of several configurations: load the next while the first warms up, when "
-                           "both fit: auto (default; GPU only), on (CPU too), off (one after the other)")
+                      help="warm engines of several configurations: load them side by side when they fit: auto "
+                           "(default; GPU only: all at launch when the weights on disk fit, else the next beside the "
+                           "first's warm-up), early (all at launch, CPU too), on (the next beside the first's warm-up, "
+                           "CPU too), off (one after the other)")
 
 
 def build_parser() -> _runner.Parser:

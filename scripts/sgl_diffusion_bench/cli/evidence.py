@@ -51,8 +51,9 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--budget-minutes", type=_runner.bounded_float(0, 7 * 24 * 60, low_open=True),
                    help="start no further A/B/B/A round after this many minutes of campaign")
     p.add_argument("--engine-overlap", choices=engine_overlap.MODES, default="auto",
-                   help="load the candidate's engine while the baseline's warms up, when both fit: auto (default; "
-                        "GPU only), on (CPU too), off")
+                   help="load the baseline's and the candidate's engines side by side when both fit: auto (default; "
+                        "GPU only), early (both at launch, CPU too), on (the candidate's beside the baseline's "
+                        "warm-up, CPU too), off")
     p.add_argument("--model-cache-root", help="an isolated HF cache below this directory, deleted and ledgered "
                                               "after the campaign, the ledger re-checked")
     for name, text in (("verify", "re-check a folder: hashes, schemas, log gates, statistics, EVIDENCE.md"),
