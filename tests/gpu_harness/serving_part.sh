@@ -21,8 +21,10 @@ SERVING_CONC=${SERVING_CONC-1}
 SERVING_REQUESTS=${SERVING_REQUESTS:-3}
 SERVING_SLO_MS=${SERVING_SLO_MS:-10000}
 # the engine arguments of the evidence part's arms (collect_pr_evidence.py --bcg with --attention-backend torch_sdpa,
-# as its campaign cells ran them): the quality pinned, the engine's request warm-up, BCG seeded at the served shape
-COMMON="--quality=lossless --warmup-mode request --attention-backend torch_sdpa"
+# as its campaign cells ran them): the engine's request warm-up, BCG seeded at the served shape. Not --quality=lossless:
+# `sglang serve` refuses it (a sampling flag of `generate`); a served request without "quality" gets the engine's
+# default, which is lossless in 0.5.23.
+COMMON="--warmup-mode request --attention-backend torch_sdpa"
 SERVING_ARM_A=${SERVING_ARM_A-$COMMON}
 SERVING_ARM_B=${SERVING_ARM_B-"$COMMON --enable-breakable-cuda-graph --warmup-resolutions 1024x1024"}
 LOG_HEAD=${LOG_HEAD:-80}
