@@ -1,7 +1,8 @@
 """bench_diffusion_serving against the real engine: two real `sglang serve` arms on the tiny CPU model (arm B with
 dynamic batching, which really changes the server), two request rates and one concurrency, one shared run for the
-report's assertions; no server outlives the CLI on success, failure, Ctrl-C or SIGKILL; bad input is refused
-before any server starts."""
+report's assertions; no server outlives the CLI on success, failure, Ctrl-C or SIGKILL (during the servers'
+start-up and during the load phase, where a Ctrl-C keeps the requests measured so far); bad input is refused before
+any server starts."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import engine_process
+from sgl_diffusion_bench import contract, engine_process
 from sgl_diffusion_bench.serving import metrics
 from sgl_diffusion_bench.warm_engine import process_group_members
 
@@ -89,21 +90,77 @@ def test_serving_ab_report_from_real_requests(serving_run):
     assert json.loads((out / "report.json").read_text())["load_points"] == doc["load_points"]
 
 
-def _start_cli(tmp_path: Path, *, schedulers: bool) -> tuple[subprocess.Popen, list[int]]:
-    """The CLI under a long closed loop; returns once both servers' process groups exist (with ``schedulers``:
-    once each also holds the scheduler process its serve process spawns), with the groups' ids."""
-    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_serving.py"), *LOAD, "--concurrency", "1",
-                             "--duration-s", "600", "--output-dir", str(tmp_path / "run"), "--json"],
+STARTED = re.compile(r"server [AB]: started \(port (\d+), process group (\d+)")
+
+
+def _spawn_cli(tmp_path: Path, *load_args: str) -> tuple[subprocess.Popen, list[str]]:
+    """The CLI in the background with its stderr lines collected as they come."""
+    proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_serving.py"), *LOAD, *load_args,
+                             "--output-dir", str(tmp_path / "run"), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    return proc, lines
+
+
+def _started(lines: list[str]) -> list[tuple[int, int]]:
+    """(port, process group) of each server the CLI said it started."""
+    return [(int(m[1]), int(m[2])) for m in map(STARTED.search, list(lines)) if m]
+
+
+def _start_cli(tmp_path: Path, *, schedulers: bool) -> tuple[subprocess.Popen, list[int]]:
+    """The CLI under a long closed loop; returns once both servers' process groups exist (with ``schedulers``:
+    once each also holds the scheduler process its serve process spawns), with the groups' ids."""
+    proc, lines = _spawn_cli(tmp_path, "--concurrency", "1", "--duration-s", "600")
     deadline = time.monotonic() + 600
     while True:
-        pgids = [int(m[1]) for m in map(re.compile(r"process group (\d+)").search, list(lines)) if m]
+        pgids = [pgid for _, pgid in _started(lines)]
         if len(pgids) == 2 and all(len(process_group_members(p)) >= (2 if schedulers else 1) for p in pgids):
             return proc, pgids
         assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
         time.sleep(0.2)
+
+
+def _in_load_phase(tmp_path: Path) -> tuple[subprocess.Popen, list[tuple[int, int]], Path]:
+    """The CLI in its load phase: the first block's progress line printed and at least one measured request on
+    disk (a block of 200 requests at 4/s lasts ~50 s, far longer than the test waits). Returns the CLI, the
+    servers' (port, process group) and the per-request log."""
+    proc, lines = _spawn_cli(tmp_path, "--request-rate", "4", "--requests", "200", "--warmup-requests", "1")
+    requests_log = tmp_path / "run" / "requests.jsonl"
+    deadline = time.monotonic() + 600
+    while True:
+        in_block = any("block 1/4 (A1) ..." in line for line in list(lines))
+        if in_block and requests_log.is_file() and requests_log.read_text().count("\n") >= 1:
+            servers = _started(lines)
+            assert len(servers) == 2 and all(_listening(port) for port, _ in servers)
+            return proc, servers, requests_log
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
+        time.sleep(0.1)
+
+
+def _listening(port: int) -> bool:
+    """Whether any TCP socket of this machine listens on ``port`` (the kernel's table, IPv4 and IPv6)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                return True
+    return False
+
+
+def _nothing_left(servers: list[tuple[int, int]], within_s: float = 20.0) -> list[str]:
+    """What is left of the servers after ``within_s``: process groups with a live member, ports still listening."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [f"process group {g}" for _, g in servers if engine_process.group_alive(g)]
+        left += [f"a listener on port {p}" for p, _ in servers if _listening(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.mark.engine
@@ -124,6 +181,35 @@ def test_killed_client_takes_its_servers_with_it(tmp_path):
     proc.kill()
     proc.wait(timeout=30)
     assert all(_gone(p) for p in pgids), "a server outlived its SIGKILLed client"
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_ctrl_c_during_the_load_phase_stops_both_servers_and_keeps_the_measured_requests(tmp_path):
+    proc, servers, requests_log = _in_load_phase(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 130
+    doc = json.loads(stdout)
+    assert doc["schema"] == "error.v1" and contract.validation_errors(doc) == []
+    error = doc["error"]
+    assert error["code"] == "run.interrupted" and str(requests_log) in error["message"]
+    assert _nothing_left(servers) == [], "a server outlived Ctrl-C in the load phase"
+    kept = [json.loads(line) for line in requests_log.read_text().splitlines()]
+    assert error["details"]["requests_log"] == str(requests_log) and error["details"]["completed_requests"] == len(kept)
+    assert 1 <= len(kept) < 200  # what was measured before the signal, no more
+    for row in kept:  # the first block: arm A's, each request with its figures
+        assert (row["load_point"], row["arm"], row["position"]) == ("rate 4/s", "A", "A1")
+        assert row["success"] and row["latency"] > 0 and row["output_sha256"]
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_killed_client_during_the_load_phase_takes_its_servers_with_it(tmp_path):
+    proc, servers, _ = _in_load_phase(tmp_path)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert _nothing_left(servers) == [], "a server outlived its SIGKILLed client in the load phase"
 
 
 @pytest.mark.engine

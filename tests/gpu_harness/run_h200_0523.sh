@@ -5,7 +5,8 @@
 # wheels-0.5.23.sha256):
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
-# PARTS="evidence campaign profile reference replay warmcold" (default: all but evidence) picks what the pipeline runs after the set-up.
+# PARTS="evidence campaign profile reference replay warmcold serving" (default: all but evidence and serving) picks what
+# the pipeline runs after the set-up; `serving` is tests/gpu_harness/serving_part.sh (eager vs BCG served, ~5 min).
 # The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
@@ -97,13 +98,17 @@ pipeline() {
             --label "h200aa-$mode" --output-dir /tmp/aa --cell-timeout-s 600 --report --json \
             "--extra-args=--attention-backend torch_sdpa"
     done
+    # 6. serving: eager vs BCG as two resident `sglang serve` processes, two request rates and concurrency 1
+    has serving && step serving 600 bash tests/gpu_harness/serving_part.sh run
     stamp pipeline.end
 }
 
 collect() {
     nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
     ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
-        $(ls -d bench prof ref replay mc aa 2>/dev/null) 2>/dev/null )
+        $(ls -d bench prof ref replay mc aa serving 2>/dev/null) 2>/dev/null )
+    # the serving part's fixture files (serving-report.json, report.md, the plot, the servers' log excerpts)
+    [ -d /tmp/serving ] && bash tests/gpu_harness/serving_part.sh collect "$OUT/serving" "$EV" 2>/dev/null
     # the evidence folder in 15 MB pieces (a file that comes back is at most 16 MiB; the profile's trace alone was 31.6
     # MB): everything but the outputs, plus the plot; then one output image (`cat evidence.tgz.* | tar xz`)
     [ -d /tmp/evidence ] && ( cd /tmp && find evidence -type f \( ! -name '*.png' -o -name evidence-plot.png \) \
@@ -123,6 +128,7 @@ hold() {
     tail -n 40 "$EV/steps.txt" >&2
     grep -h "^\[cell\|^\[engine\|verdict\|^\[evidence" "$EV"/campaign.err "$EV"/aa-*.err "$EV"/evidence.err 2>/dev/null \
         | tail -30 >&2
+    tail -n 12 "$EV/serving.err" 2>/dev/null >&2
     collect
 }
 

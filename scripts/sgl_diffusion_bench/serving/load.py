@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import random
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import contract
 from .requests import RequestSpec
@@ -161,18 +161,24 @@ async def _send(session: Any, url: str, index: int, spec: RequestSpec, scheduled
     return result
 
 
-async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None
-               ) -> tuple[list[RequestResult], float]:
+async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None,
+               on_result: Callable[[RequestResult], None] | None = None) -> tuple[list[RequestResult], float]:
     aiohttp = _aiohttp()
     url = base_url + "/v1/images/generations"
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         origin = time.perf_counter()
+
+        async def send(i: int, spec: RequestSpec, scheduled_s: float | None) -> RequestResult:
+            result = await _send(session, url, i, spec, scheduled_s, origin)
+            if on_result is not None:
+                on_result(result)
+            return result
         if trace.arrivals_s is not None:
             async def at(i: int) -> RequestResult:
                 await asyncio.sleep(max(trace.arrivals_s[i] - (time.perf_counter() - origin), 0.0))
-                return await _send(session, url, i, specs[trace.indices[i]], trace.arrivals_s[i], origin)
+                return await send(i, specs[trace.indices[i]], trace.arrivals_s[i])
             results = list(await asyncio.gather(*(at(i) for i in range(len(trace.indices)))))
         else:
             position = iter(range(len(trace.indices))) if trace.indices is not None else itertools.count()
@@ -183,17 +189,18 @@ async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], durati
                     if duration_s is not None and time.perf_counter() - origin >= duration_s:
                         return
                     spec = specs[trace.indices[i] if trace.indices is not None else i % len(specs)]
-                    results.append(await _send(session, url, i, spec, None, origin))
+                    results.append(await send(i, spec, None))
             await asyncio.gather(*(worker() for _ in range(int(trace.point.value))))
             results.sort(key=lambda r: r.index)
         return results, time.perf_counter() - origin
 
 
-def run_trace(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None = None
-              ) -> tuple[list[RequestResult], float]:
+def run_trace(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None = None,
+              on_result: Callable[[RequestResult], None] | None = None) -> tuple[list[RequestResult], float]:
     """Send the trace to ``base_url``; the per-request results and the block's wall time (first send to last
-    response), the ``duration`` of the engine's bench_serving."""
-    return asyncio.run(_run(base_url, trace, specs, duration_s))
+    response), the ``duration`` of the engine's bench_serving. ``on_result`` sees each result as it completes (what
+    a Ctrl-C in the middle of a block keeps)."""
+    return asyncio.run(_run(base_url, trace, specs, duration_s, on_result))
 
 
 def warm(base_url: str, specs: Sequence[RequestSpec], count: int) -> list[RequestResult]:

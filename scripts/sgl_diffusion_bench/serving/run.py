@@ -9,6 +9,7 @@ same device at once, so the model must fit twice.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,6 +20,7 @@ from ..warm_engine import process_group_members
 from .requests import RequestSpec
 
 ARMS = ("A", "B")
+REQUESTS_LOG = "requests.jsonl"  # every measured request as it completes: what a Ctrl-C mid-run keeps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +88,8 @@ def _judge_log(request: ServingRequest, spec: server.ServerSpec) -> dict[str, An
     return gate.verdict().to_json()
 
 
-def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], traces: Sequence[load.Trace]
-                ) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], traces: Sequence[load.Trace],
+                requests_log: Path) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
     warmups: dict[str, list[dict[str, Any]]] = {}
     for arm in ARMS:
         with progress.phase(f"server {arm}: {request.warmup_requests} warm-up request(s)"):
@@ -103,9 +105,15 @@ def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], trac
         blocks = []
         for number, (arm, round_no, position) in enumerate(plan, 1):
             before = host()
+            where = {"load_point": trace.point.label, "block": number, "arm": arm, "round": round_no,
+                     "position": position}
+
+            def keep(result: load.RequestResult, where: dict[str, Any] = where) -> None:
+                with open(requests_log, "a", encoding="utf-8") as log:
+                    log.write(json.dumps(contract.redact_values({**where, **result.to_json()}), sort_keys=True) + "\n")
             with progress.phase(f"{trace.point.label}: block {number}/{len(plan)} ({position})"):
                 results, duration = load.run_trace(servers[arm].spec.base_url, trace, request.specs,
-                                                   request.duration_s)
+                                                   request.duration_s, on_result=keep)
             blocks.append({"arm": arm, "round": round_no, "position": position, "duration": duration,
                            "metrics": metrics.block_metrics(results, duration, request.slo_ms),
                            "requests": results, "host": host_load.gate(before, host())})
@@ -135,6 +143,20 @@ def _point_doc(request: ServingRequest, point: dict[str, Any]) -> dict[str, Any]
                         "host": b["host"], "requests": [r.to_json() for r in b["requests"]]} for b in blocks]}
 
 
+def _interrupted(requests_log: Path, servers_doc: dict[str, Any]) -> contract.ToolError:
+    """Ctrl-C (or SIGTERM) during the run: the error names the file that holds every request completed so far."""
+    try:
+        kept = sum(1 for line in requests_log.read_text(encoding="utf-8").splitlines() if line.strip())
+    except OSError:
+        kept = 0
+    return contract.ToolError(
+        "run.interrupted", f"interrupted before the run finished; the servers were stopped; the {kept} request(s) "
+        f"measured so far are in {requests_log}",
+        "re-run the command for a report; the partial per-request results stay in that file",
+        details={"requests_log": str(requests_log), "completed_requests": kept, "servers": servers_doc},
+        exit_code=contract.ExitCode.INTERRUPTED)
+
+
 def run(request: ServingRequest) -> dict[str, Any]:
     """Run the A/B; the serving-report.v1 payload (without the envelope). Servers are stopped on every way out."""
     ports = _ports(request)
@@ -145,11 +167,16 @@ def run(request: ServingRequest) -> dict[str, Any]:
     traces = [load.build_trace(p, len(request.specs), requests=request.requests, duration_s=request.duration_s,
                                seed=request.seed) for p in request.points]
     servers_doc: dict[str, Any] = {}
-    with server.running(specs, request.startup_timeout_s) as started:
-        by_arm = {s.spec.arm: s for s in started}
-        for arm, srv in by_arm.items():
-            servers_doc[arm] = {"pgid": srv.pgid, "port": srv.spec.port, "healthy_after_s": srv.healthy_after_s}
-        points, warmups = _run_blocks(request, by_arm, traces)
+    requests_log = request.output_dir / REQUESTS_LOG
+    requests_log.write_text("", encoding="utf-8")
+    try:
+        with server.running(specs, request.startup_timeout_s) as started:
+            by_arm = {s.spec.arm: s for s in started}
+            for arm, srv in by_arm.items():
+                servers_doc[arm] = {"pgid": srv.pgid, "port": srv.spec.port, "healthy_after_s": srv.healthy_after_s}
+            points, warmups = _run_blocks(request, by_arm, traces, requests_log)
+    except KeyboardInterrupt:  # the servers are stopped by now; say what was measured and where it is
+        raise _interrupted(requests_log, servers_doc) from None
     arms_doc = {}
     for spec in specs:
         gates = _judge_log(request, spec)
@@ -175,6 +202,7 @@ def run(request: ServingRequest) -> dict[str, Any]:
                          "warmup_requests": request.warmup_requests, "slo_ms": request.slo_ms, "seed": request.seed,
                          "threshold_pct": request.threshold_pct, "confidence": request.confidence,
                          "resamples": request.resamples, "min_rounds": request.min_rounds,
+                         "requests_log": str(requests_log),
                          "block_order": "A1 B1 B2 A2 per round, the same trace in every block"},
             "load_points": point_docs,
             "outputs_identical": all(p["output_identity"]["identical"] for p in point_docs),
