@@ -79,14 +79,6 @@ pipeline() {
     if [ -n "$te" ] && [ -n "$tb" ]; then
         step compare 200 python3 scripts/analyze_trace.py compare "$te" "$tb" --label-a eager --label-b bcg --json
     fi
-    # 3. the reference skill's own script, same model and request, A/B/B/A x 1 (one cold process per row)
-    stamp reference.start
-    for row in $(has reference && echo ${REF_ROWS:-a1:eager b1:bcg b2:bcg a2:eager}); do  # REF_ROWS: fewer rows
-        flag=; [ "${row#*:}" = bcg ] && flag=--breakable-cuda-graph
-        step "reference-${row%%:*}" 500 python3 tests/gpu_harness/run_reference_bench.py "$MODEL" "$STEPS" -- \
-            --label "ref-${row%%:*}-${row#*:}" --output-dir /tmp/ref $flag
-    done
-    stamp reference.end
     # 4. BCG replay correctness: warm eager and BCG engines serve one scripted sequence (8 steps: correctness only)
     has replay && step replay 900 python3 scripts/bench_diffusion_denoise.py --bcg-replay --model flux-1gpu --model-path "$MODEL" \
         --override num_inference_steps=8 --label h200replay --output-dir /tmp/replay --cell-timeout-s 600 --json \
@@ -100,6 +92,15 @@ pipeline() {
     done
     # 6. serving: eager vs BCG as two resident `sglang serve` processes, two request rates and concurrency 1
     has serving && step serving 600 bash tests/gpu_harness/serving_part.sh run
+    # 7. the reference skill's own script, same model and request, A/B/B/A x 1 (one cold process per row); last, as the
+    # longest part (REF_ROWS runs fewer rows)
+    stamp reference.start
+    for row in $(has reference && echo ${REF_ROWS:-a1:eager b1:bcg b2:bcg a2:eager}); do  # REF_ROWS: fewer rows
+        flag=; [ "${row#*:}" = bcg ] && flag=--breakable-cuda-graph
+        step "reference-${row%%:*}" 500 python3 tests/gpu_harness/run_reference_bench.py "$MODEL" "$STEPS" -- \
+            --label "ref-${row%%:*}-${row#*:}" --output-dir /tmp/ref $flag
+    done
+    stamp reference.end
     stamp pipeline.end
 }
 
