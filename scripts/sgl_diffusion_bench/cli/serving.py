@@ -11,7 +11,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from .. import contract, engine_probe, engine_python, env, gpu, presets, selftest, stats
+from .. import contract, engine_probe, engine_python, env, gpu, presets, request_manifest, selftest, stats
 from ..serving import load, render, requests, run, server
 from . import _runner
 
@@ -118,10 +118,10 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
         server.check_flags(engine, [*preset.extra_args, *flags, "--host", "--port"], f"--arm-{letter}-args")
     size = requests.parse_size(args.size) if args.size else (preset.width or 1024, preset.height or 1024)
     if args.requests_file:
-        specs, sha = requests.load_manifest(Path(args.requests_file), Path(location["package_dir"]), size)
+        specs, sha = request_manifest.load_manifest(Path(args.requests_file), Path(location["package_dir"]), size)
         manifest = {"kind": "manifest", "path": str(Path(args.requests_file).resolve()), "sha256": sha,
                     "requests": len(specs), "shapes": requests.shapes(specs),
-                    "parser": requests.MANIFEST_SOURCE}
+                    "parser": request_manifest.MANIFEST_SOURCE}
     else:
         specs = requests.single_request(args.prompt or preset.prompt or "a photo of a cat", size,
                                         args.steps or preset.num_inference_steps, preset.seed or 42)
