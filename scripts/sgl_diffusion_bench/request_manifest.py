@@ -148,14 +148,19 @@ def preset_fields(spec: RequestSpec) -> dict[str, Any]:
             **{name: spec.sampling[name] for name in PRESET_FIELDS if name in spec.sampling}}
 
 
-def load_campaign_manifest(path: Path, python: str, default_size: tuple[int, int]) -> Manifest:
-    """A campaign's ``--requests-file``, read by the parser of the engine ``python`` runs, before that engine is
-    probed or started; a line with a field the preset's request cannot carry is refused, naming it."""
+def for_campaign(path_text: str | None, python_option: str | None,
+                 preset_size: tuple[int | None, int | None]) -> Manifest | None:
+    """A campaign's ``--requests-file`` (None without one), read by the parser of the engine ``--engine-python``
+    names, before that engine is probed or started; a line without a size takes the preset's. A line with a field
+    the preset's request cannot carry is refused, naming it."""
+    if not path_text:
+        return None
+    path, python = Path(path_text), engine_python.resolve(python_option)
     location = env.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (README 'Engine install') or pass --engine-python")
-    specs, sha = load_manifest(path, Path(location["package_dir"]), default_size)
+    specs, sha = load_manifest(path, Path(location["package_dir"]), (preset_size[0] or 1024, preset_size[1] or 1024))
     for spec in specs:
         other = sorted(k for k in spec.sampling if k not in PRESET_FIELDS
                        and not (k == "num_outputs_per_prompt" and spec.sampling[k] == 1))
