@@ -8,11 +8,12 @@ campaign's gates (a diffusers fallback, a failed BCG capture) or a failed reques
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
 from .. import contract, engine_probe, engine_python, env, gpu, presets, request_manifest, selftest, stats
-from ..serving import load, render, requests, run, server
+from ..serving import device_room, load, render, requests, run, server
 from . import _runner
 
 TOOL = "bench_diffusion_serving"
@@ -133,6 +134,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     points = [load.LoadPoint("request_rate", r) for r in args.request_rate or []]
     points += [load.LoadPoint("concurrency", float(n)) for n in args.concurrency]
     inventory = gpu.read_inventory()
+    device_room.check(model_path, [*preset.extra_args, *arm_a, *arm_b], inventory, os.environ)  # before any server
     output_dir = Path(args.output_dir or Path("serving-runs") / preset.name).resolve()
     return run.ServingRequest(
         model_path=model_path, sglang_cli=tuple(engine_python.sglang_cli(python)), engine_version=location["version"],
