@@ -271,7 +271,7 @@ def test_manifest_line_the_engine_rejects_is_named(tmp_path, line, says):
                      "--output-dir", str(tmp_path / "run"), "--json")
     assert run.returncode == 2
     error = run.document["error"]
-    assert error["code"] == "serving.bad_manifest" and error["details"]["line"] == 2
+    assert error["code"] == "input.bad_manifest" and error["details"]["line"] == 2
     assert "line 2" in error["message"] and says in error["message"]
     assert not (tmp_path / "run").exists()
 
@@ -279,8 +279,9 @@ def test_manifest_line_the_engine_rejects_is_named(tmp_path, line, says):
 @pytest.mark.torch
 def test_sample_manifest_is_read_by_the_engines_parser():
     from sgl_diffusion_bench import env
+    from sgl_diffusion_bench import request_manifest
     from sgl_diffusion_bench.serving import requests
-    specs, sha = requests.load_manifest(SAMPLE_MANIFEST, Path(env.sglang_location()["package_dir"]), (64, 64))
+    specs, sha = request_manifest.load_manifest(SAMPLE_MANIFEST, Path(env.sglang_location()["package_dir"]), (64, 64))
     assert len(specs) == 6 and len(requests.shapes(specs)) >= 5 and len(sha) == 64
     assert specs[5].sampling["guidance_scale"] == 3.5 and specs[5].payload()["num_inference_steps"] == 3
 

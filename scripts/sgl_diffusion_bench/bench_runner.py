@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_mode, engine_process,
-               engine_starts, env, fileio, host_load, log_markers, model_cache, presets, report, request_path, run_claim, run_record,
-               sequential, stats, validity, warm_campaign)
+               engine_starts, env, fileio, host_load, log_markers, manifest_campaign, model_cache, presets, report,
+               request_path, request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign)
 from .cell import Cell, Report
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .run_record import reproduce_command  # noqa: F401 (the runner's API)
@@ -105,10 +105,11 @@ class Progress:
               f"{reasons}", file=self.stream, flush=True)
 
 
-def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path) -> Cell:
+def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path,
+                request: dict[str, Any] | None) -> Cell:
     """A planned cell: skipped until its request runs."""
     return Cell(index=slot.index, arm=slot.arm, round=slot.round, position=slot.position, argv=list(argv),
-                perf_dump_path=str(perf_dump_path), sample=slot.sample)
+                perf_dump_path=str(perf_dump_path), sample=slot.sample, request=request)
 
 
 class CampaignRunner:
@@ -140,7 +141,8 @@ class CampaignRunner:
         self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
         self.model_path = model_path
         self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
-        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path)
+        self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path, None if s.request is None else
+                                  manifest_campaign.cell_request(self._slot_preset(s), plan.manifest, s.request))
                       for s, inv in zip(plan.slots, self.invocations, strict=True)]
         self.engine_mode = engine_mode.choose(settings.engine_mode, engine, [inv.argv for inv in self.invocations])
         unique = dict.fromkeys((c, m) for inv in self.invocations for c, m in inv.warnings)
@@ -151,14 +153,22 @@ class CampaignRunner:
         self.last_document: dict[str, Any] | None = None  # the report as last written (also after Ctrl-C)
         self.claim: run_claim.RunClaim | None = None  # taken by check_fresh
 
+    def _slot_preset(self, slot: campaign_mod.Slot) -> Preset:
+        """The preset as this slot's request runs it: its manifest request's fields, then the arm's own."""
+        fields, _ = campaign_mod.arm_request_fields(self.plan.arms[slot.arm].extra_args, presets.OVERRIDABLE_FIELDS)
+        preset = self.preset if slot.request is None else \
+            manifest_campaign.request_preset(self.preset, self.plan.manifest, slot.request)
+        return presets.customised([preset], fields, None)[0]
+
     def _build(self, slot: campaign_mod.Slot, model_path: str | None,
                asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
         arm = self.plan.arms[slot.arm]
-        fields, arm_flags = campaign_mod.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
-        preset = presets.customised([self.preset], fields, None)[0]
+        _, arm_flags = campaign_mod.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
+        preset = self._slot_preset(slot)
         options = command_builder.RunOptions(
             label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,
             position=slot.position_number, sample=slot.sample, quality=arm.quality, warmup=self.settings.warmup,
+            request=None if slot.request is None else slot.request + 1,
             warmup_mode=self.settings.warmup_mode, warmup_steps=self.settings.warmup_steps,
             component_residency=self.settings.component_residency, performance_mode=self.settings.performance_mode,
             breakable_cuda_graph=arm.bcg,
@@ -379,6 +389,9 @@ class CampaignRunner:
         validity.apply_to_comparison(summary["comparison"], output_quality)
         if rule is not None:
             sequential.apply_to_comparison(summary["comparison"], rule, self.looks)
+        if self.plan.manifest is not None:  # which shapes moved: each request judged on its own cells
+            summary["requests"] = request_verdicts.per_request(self.cells, summary["comparison"], output_quality,
+                                                               self.settings.primary_metric)
         return summary
 
     def report(self) -> dict[str, Any]:
@@ -405,7 +418,8 @@ class CampaignRunner:
                       "stopping": (sequential.record(self.settings.stopping, self.looks, self.rounds_run())
                                    if self.settings.stopping is not None else
                                    {"rule": "fixed", "description": f"{self.plan.rounds} round(s) as planned",
-                                    "rounds_run": self.rounds_run()})},
+                                    "rounds_run": self.rounds_run()}),
+                      **({"manifest": self.plan.manifest.to_json()} if self.plan.manifest is not None else {})},
             engine=engine, environment=self.environment,
             plan={"output_dir": str(self.settings.output_root), "report_path": str(self.report_path),
                   "gpus": {"cuda_visible_devices": self.cuda_visible_devices, "leased_uuids": self.leased_gpu_uuids,

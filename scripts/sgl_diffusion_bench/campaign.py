@@ -11,6 +11,9 @@ Modes:
 - ``matrix``: for each quality the engine offers, eager against BCG in A/B/B/A rounds (``--rounds 1`` gives the
   reference's 12 rows on a three-quality engine); the summary compares the first quality's pair, every cell keeps
   its arm so the report shows all of them.
+
+With a request manifest (``--requests-file``) every slot sends each of the manifest's requests, in file order, so both
+arms serve the same requests in the same order and each request's change is judged on its own (request_verdicts.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 from typing import Any, Sequence
 
 from . import contract, engine_args
+from .request_manifest import Manifest
 
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))
@@ -93,6 +97,7 @@ class Slot:
     round: int | None
     position: str | None
     sample: int | None = None  # 1..N when the campaign takes N samples per slot, else None
+    request: int | None = None  # 0-based index of the manifest request this cell sends (None: the preset's request)
 
     @property
     def position_number(self) -> int | None:
@@ -109,34 +114,45 @@ class Campaign:
     baseline_arm: str | None
     candidate_arm: str | None
     samples: int = 1
+    manifest: Manifest | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "rounds": self.rounds, "baseline_arm": self.baseline_arm,
                 "candidate_arm": self.candidate_arm, "arms": {n: a.to_json() for n, a in self.arms.items()},
                 "order": [{"round": s.round, "position": s.position, "arm": s.arm} for s in self.slots
-                          if s.round is not None and s.sample in (None, 1)]}
+                          if s.round is not None and s.sample in (None, 1) and s.request in (None, 0)]}
 
 
 def _arm_words(args: Sequence[str], overrides: Sequence[tuple[str, str]]) -> str:
     return " ".join([*args, *(f"{flag}={value} (replacing the preset's)" for flag, value in overrides)])
 
 
-def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 1, samples: int = 1) -> list[Slot]:
-    """A1 B1 B2 A2 per round; with ``samples`` > 1 each position takes that many measured requests in a row."""
-    slots = []
+def _block(arm: str, round_: int | None, position: str | None, start_index: int, samples: int,
+           requests: int) -> list[Slot]:
+    """One position's cells: each manifest request in file order (or the preset's one request), each ``samples``
+    times in a row."""
+    return [Slot(start_index + n, arm, round_, position, s if samples > 1 else None, q if requests else None)
+            for n, (q, s) in enumerate((q, s) for q in range(max(requests, 1)) for s in range(1, samples + 1))]
+
+
+def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 1, samples: int = 1,
+          requests: int = 0) -> list[Slot]:
+    """A1 B1 B2 A2 per round; with ``samples`` > 1 each position takes that many measured requests in a row, with a
+    manifest of ``requests`` requests each of them."""
+    slots: list[Slot] = []
     for r in range(first_round, first_round + rounds):
         for letter, position in ABBA_POSITIONS:
-            for n in range(1, samples + 1):
-                slots.append(Slot(start_index + len(slots), (a if letter == "A" else b).name, r, position,
-                                  n if samples > 1 else None))
+            slots += _block((a if letter == "A" else b).name, r, position, start_index + len(slots), samples, requests)
     return slots
 
 
 def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None, bcg: bool = False,
          arm_a_args: Sequence[str] = (), arm_b_args: Sequence[str] = (),
          arm_a_overrides: Sequence[str] = (), arm_b_overrides: Sequence[str] = (),
-         engine_qualities: Sequence[str] | None = None, samples: int = 1) -> Campaign:
+         engine_qualities: Sequence[str] | None = None, samples: int = 1,
+         manifest: Manifest | None = None) -> Campaign:
     """The campaign for ``mode``; a UsageError when the mode's inputs do not fit it."""
+    n = len(manifest.requests) if manifest else 0
     if samples < 1:
         raise contract.UsageError("usage.bad_samples", f"--samples must be at least 1, got {samples}",
                                   "use --samples 1 (one measured request per slot) or more")
@@ -151,18 +167,18 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
                                   "add --campaign ab")
     if mode == "single":
         arm = Arm("run", None, "one run" + (" with BCG" if bcg else ""), quality=quality, bcg=bcg)
-        slots = tuple(Slot(n - 1, arm.name, None, None, n if samples > 1 else None) for n in range(1, samples + 1))
-        return Campaign(mode, {arm.name: arm}, slots, 1, None, None, samples)
+        return Campaign(mode, {arm.name: arm}, tuple(_block(arm.name, None, None, 0, samples, n)), 1, None, None,
+                        samples, manifest)
     if mode == "abba":
         a = Arm("eager", "A", "eager (baseline)", quality=quality)
         b = Arm("bcg", "B", "breakable CUDA graphs (candidate)", quality=quality, bcg=True)
-        return Campaign(mode, {"eager": a, "bcg": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "eager",
-                        "bcg", samples)
+        return Campaign(mode, {"eager": a, "bcg": b}, tuple(_abba(a, b, rounds, samples=samples, requests=n)), rounds,
+                        "eager", "bcg", samples, manifest)
     if mode == "aa":
         a = Arm("a", "A", "configuration under test", quality=quality, bcg=bcg)
         b = Arm("a-again", "B", "the same configuration again (A/A noise measurement)", quality=quality, bcg=bcg)
-        return Campaign(mode, {"a": a, "a-again": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "a",
-                        "a-again", samples)
+        return Campaign(mode, {"a": a, "a-again": b}, tuple(_abba(a, b, rounds, samples=samples, requests=n)), rounds,
+                        "a", "a-again", samples, manifest)
     if mode == "ab":
         if not (arm_b_args or arm_a_args or arm_a_overrides or arm_b_overrides):
             raise contract.UsageError("usage.ab_needs_arms", "--campaign ab needs --arm-b-args or "
@@ -173,7 +189,8 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
         a = Arm("a", "A", "baseline: " + (_arm_words(arm_a_args, a_over) or "preset as is"), tuple(arm_a_args),
                 quality, bcg, a_over)
         b = Arm("b", "B", "candidate: " + _arm_words(arm_b_args, b_over), tuple(arm_b_args), quality, bcg, b_over)
-        return Campaign(mode, {"a": a, "b": b}, tuple(_abba(a, b, rounds, samples=samples)), rounds, "a", "b", samples)
+        return Campaign(mode, {"a": a, "b": b}, tuple(_abba(a, b, rounds, samples=samples, requests=n)), rounds, "a",
+                        "b", samples, manifest)
     # matrix: every quality the engine offers; the engine decides, not a hard-coded list
     if not engine_qualities:
         raise contract.PreconditionError("engine.no_quality_levels", "the installed engine has no --quality "
@@ -185,6 +202,6 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
         a = Arm(f"eager-{q}", "A", f"eager, quality={q}", quality=q)
         b = Arm(f"bcg-{q}", "B", f"BCG, quality={q}", quality=q, bcg=True)
         arms.update({a.name: a, b.name: b})
-        slots += _abba(a, b, rounds, start_index=len(slots), samples=samples)
+        slots += _abba(a, b, rounds, start_index=len(slots), samples=samples, requests=n)
     first = engine_qualities[0]
-    return Campaign(mode, arms, tuple(slots), rounds, f"eager-{first}", f"bcg-{first}", samples)
+    return Campaign(mode, arms, tuple(slots), rounds, f"eager-{first}", f"bcg-{first}", samples, manifest)

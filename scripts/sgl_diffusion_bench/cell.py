@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 # Optional cell properties (not in the schema's "required"): absent from the JSON when None. None is not a value
 # any of them may take in the schema, so leaving them out loses nothing.
-_OPTIONAL_CELL_KEYS = ("engine", "other_files", "sample", "engine_run", "quality")
+_OPTIONAL_CELL_KEYS = ("engine", "other_files", "sample", "engine_run", "quality", "request")
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,6 +47,7 @@ class Cell:
     sample: int | None = None  # n-th measured request of its slot (--samples)
     engine_run: dict[str, Any] | None = None  # the settings the engine reported it ran with
     quality: dict[str, Any] | None = None  # the --quality level the engine ran at
+    request: dict[str, Any] | None = None  # the manifest request it sent and its shape (manifest_campaign)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # keys this model does not know, kept
 
     @property

@@ -70,6 +70,7 @@ class RunOptions:
     round: int | None = None
     position: int | None = None
     sample: int | None = None  # the n-th measured request of one slot (--samples), 1-based
+    request: int | None = None  # the manifest request this run sends (--requests-file), 1-based
     quality: str | None = None  # None: the engine's default, pinned as lossless where --quality exists
     warmup: bool = True
     warmup_mode: str | None = None  # --warmup-mode off|request|server (None: request when warmup, as the reference)
@@ -124,6 +125,8 @@ class RunOptions:
         if self.round is not None or self.position is not None:
             parts.append(f"r{self.round or 0:02d}p{self.position or 0:02d}"
                          + (f"s{self.sample:02d}" if self.sample is not None else ""))
+        if self.request is not None:
+            parts.append(f"q{self.request:03d}")
         return "__".join(parts)
 
 

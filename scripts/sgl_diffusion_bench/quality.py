@@ -289,9 +289,23 @@ def output_quality(cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Any]],
                    engine_levels: Sequence[str] | None = None) -> dict[str, Any] | None:
     """bench-report.v1 ``summary.output_quality``: byte identity within each identity level (arms grouped by the
     level they really run at, aliases resolved; ``engine_levels`` tells which release's promises apply), SSIM/PSNR
-    of each lossy arm against the baseline's first used cell. None when no cell has outputs."""
+    of each lossy arm against the baseline's first used cell. None when no cell has outputs. The cells of a manifest
+    campaign are checked per request (each check names its ``request``): other requests are other images."""
     if not any(c.outputs for c in cells):
         return None
+    by_request: dict[int | None, list[Cell]] = {}
+    for cell in cells:
+        by_request.setdefault(cell.request["index"] if cell.request else None, []).append(cell)
+    checks = []
+    for request, group in by_request.items():
+        checks += [{**check, **({} if request is None else {"request": request})}
+                   for check in _checks(group, arms, baseline, thresholds, engine_levels)]
+    return {"passed": all(c["passed"] for c in checks), "checks": checks}
+
+
+def _checks(cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Any]], baseline: str,
+            thresholds: Mapping[str, Thresholds] | None, engine_levels: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The checks of cells that must all show the same image: one request's."""
     ordered = sorted(arms, key=lambda a: (a != baseline, a))  # baseline first: stable whatever the dict order
     by_level: dict[str, list[str]] = {}
     lossy = []
@@ -314,4 +328,4 @@ def output_quality(cells: Sequence[Cell], arms: Mapping[str, Mapping[str, Any]],
                            "passed": False})
             continue
         checks.append(similarity(cells, arm, spec.get("quality"), reference, thresholds))
-    return {"passed": all(c["passed"] for c in checks), "checks": checks}
+    return checks

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import engine_overlap, perf_compare, steady_state
+from . import engine_overlap, perf_compare, request_verdicts, steady_state
 from .cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
@@ -30,7 +30,7 @@ def _arm_title(name: str, spec: Mapping[str, Any]) -> str:
 def _round_label(cell: Cell) -> str:
     if cell.round is None:
         return cell.position or f"cell {cell.index}"
-    return f"Round {cell.round} — {cell.position or cell.arm}"
+    return f"Round {cell.round} — {cell.position or cell.arm}" + (f" — `{cell.request['request_id']}`" if cell.request else "")
 
 
 def cells_of(doc: Mapping[str, Any]) -> list[Cell]:
@@ -70,7 +70,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines += ["", *_run_order_table(cells, arms), ""]
     for paragraph in [*_changes(comparison), *_outliers(summary, arms), *_memory(comparison, summary, arms)]:
         lines += [paragraph, ""]
-    lines += steady_state.markdown(summary, arms)
+    lines += [*steady_state.markdown(summary, arms), *request_verdicts.markdown(summary, campaign.get("manifest"))]
     if comparison is not None:
         lines += ["", "### Statistics", "", *perf_compare.render_statistics(comparison, summary["arms"])]
         lines += ["", "### Stages (mean ms)", "", "| Stage | " + " | ".join(
@@ -83,9 +83,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
             row = comparison["steps"][key]
             pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
             lines.append(f"| {label} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
-    lines += _invalid(cells)
-    lines += _host(summary.get("host_contention"))
-    lines += _output_quality(summary.get("output_quality"))
+    lines += [*_invalid(cells), *_host(summary.get("host_contention")), *_output_quality(summary.get("output_quality"))]
     if plot_name:
         lines += ["", f"![E2E and denoise of every cell by run order]({plot_name})"]
     lines += _reproduce(doc, cells)
@@ -301,14 +299,15 @@ def _output_quality(quality) -> list[str]:
     if quality is None:
         return lines + ["No outputs were recorded."]
     for check in quality["checks"]:
+        who = f"Request {check['request'] + 1}: " if "request" in check else ""  # a manifest's: checked per request
         if check["kind"] == "byte_identity":
             n = sum(len(g["cells"]) for g in check["groups"])
             arms = "/".join(check["arms"])
             if check["identical"]:
-                lines.append(f"All {n} {arms} outputs are byte-identical: SHA-256 "
+                lines.append(f"{who}All {n} {arms} outputs are byte-identical: SHA-256 "
                              f"{', '.join(check['groups'][0]['sha256s'])}.")
             else:
-                lines.append(f"Lossless outputs ({arms}) are NOT byte-identical: {len(check['groups'])} distinct "
+                lines.append(f"{who}Lossless outputs ({arms}) are NOT byte-identical: {len(check['groups'])} distinct "
                              f"hash set(s).")
                 for g in check["groups"]:
                     lines.append(f"- {', '.join(s[:16] + '…' for s in g['sha256s'])}: cells "
@@ -317,7 +316,7 @@ def _output_quality(quality) -> list[str]:
                 lines.append(f"Valid cells without outputs: {', '.join(map(str, check['cells_without_outputs']))}.")
         else:
             t = check["thresholds"]
-            lines.append(f"{check['arm']} (quality {check['quality'] or 'default'}) against cell "
+            lines.append(f"{who}{check['arm']} (quality {check['quality'] or 'default'}) against cell "
                          f"{check['reference']['cell']} ({check['reference']['arm']}): thresholds SSIM >= "
                          f"{t['ssim_min']} and PSNR >= {t['psnr_min_db']} dB — {'pass' if check['passed'] else 'FAIL'}.")
             lines += ["", "| Cell | SSIM | PSNR (dB) | Worst frame (SSIM) | Pass |", "|---|---:|---:|---|---|"]
@@ -442,6 +441,7 @@ def render_campaign_text(doc: Mapping[str, Any]) -> str:
         lines += perf_compare.render_noise_floor(comparison["metrics"][comparison["primary_metric"]])
         if comparison.get("next_step"):
             lines.append(f"next step: {comparison['next_step']}")
+    lines += request_verdicts.text(doc["summary"])
     host = doc["summary"].get("host_contention")
     if host and host["contended_cells"]:
         lines.append(f"host: {host['note']}")

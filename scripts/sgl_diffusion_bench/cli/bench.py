@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode,
                engine_overlap, engine_probe, env, gpu, model_access, model_cache, nightly, presets, readiness, report,
-               selftest, sequential, warm_campaign)
+               request_manifest, selftest, sequential, warm_campaign)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -89,6 +89,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                            "configuration serves every cell, same flags and gates; cold: a `sglang generate` per cell")
     camp.add_argument("--warmup-requests", type=_runner.bounded_int(0, 100), default=1,
                       help="warm engine: uncounted requests each engine serves before the measured ones (default 1)")
+    camp.add_argument("--requests-file", metavar="FILE.jsonl",
+                      help="a request manifest in the engine's own JSONL format (prompt, seed, width, height, "
+                           "num_inference_steps, negative_prompt, ...; read by the engine's parser): every slot sends "
+                           "each request in file order and each gets its own verdict (summary.requests)")
     camp.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=1,
                       help="measured requests per slot (A1, B1, ...), taken back to back (default 1)")
     camp.add_argument("--until-verdict", action="store_true",
@@ -186,7 +190,8 @@ def campaign_mode(args: argparse.Namespace) -> str:
     return "matrix" if args.quality_bcg_matrix else (args.campaign or "single")
 
 
-def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> campaign.Campaign:
+def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities,
+                  manifest: request_manifest.Manifest | None = None) -> campaign.Campaign:
     if campaign_mode(args) == "matrix" and caps.degraded and not caps.distinct_quality_levels:
         raise contract.PreconditionError("engine.probe_degraded", "the quality x BCG matrix needs the engine's quality "
                                          "levels, which a degraded probe cannot read", caps.degraded_reason())
@@ -194,7 +199,7 @@ def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilitie
     return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
                          bcg=args.breakable_cuda_graph,
                          arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args), arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
-                         engine_qualities=list(caps.distinct_quality_levels) or None)
+                         engine_qualities=list(caps.distinct_quality_levels) or None, manifest=manifest)
 
 
 def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False) -> engine_probe.EngineCapabilities:
@@ -235,13 +240,14 @@ def access_hubs(args: argparse.Namespace) -> list[Path] | None:
 
 def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,
                build_model: bool, environment: dict[str, Any] | None = None,
-               use_cpu_adapter: bool = False) -> bench_runner.CampaignRunner:
+               use_cpu_adapter: bool = False,
+               manifest: request_manifest.Manifest | None = None) -> bench_runner.CampaignRunner:
     """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag or a gated
     model cannot be reached) up front."""
     preset = model_access.require(preset, os.environ, access_hubs(args))
     model_path, warnings = presets.model_location(preset, args.model_path, build=build_model)
     runner = bench_runner.CampaignRunner(
-        preset, plan_campaign(args, caps), settings_from(args), caps, environment=environment or {},
+        preset, plan_campaign(args, caps, manifest), settings_from(args), caps, environment=environment or {},
         model_path=model_path,
         asset_filenames={a.id: a.filename for a in assets.load_manifest()}, use_cpu_adapter=use_cpu_adapter)
     runner.warnings += [w for w in warnings if build_model]  # a plan lists them itself
@@ -254,7 +260,8 @@ def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) 
     for preset in selected_presets(args):
         warnings += presets.model_location(preset, args.model_path, build=False)[1]
         try:
-            runner = new_runner(preset, args, caps, build_model=False)
+            runner = new_runner(preset, args, caps, build_model=False, manifest=request_manifest.for_campaign(
+                args.requests_file, args.engine_python, (preset.width, preset.height)))
         except contract.UsageError:
             raise
         except contract.ToolError as exc:
@@ -326,12 +333,15 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 
 
 def _run(args: argparse.Namespace) -> _runner.Result:
+    chosen = selected_presets(args)
+    manifests = [request_manifest.for_campaign(args.requests_file, args.engine_python, (p.width, p.height))
+                 for p in chosen]  # a bad line is refused before any engine is probed or started
     caps = engine_capabilities(args, keep_interpreter=args.engine != "cold")  # a warm engine imports sglang once
     runners = []
     # Every command first: a refusal comes before anything heavy (torch, NVML, a model build) and before any run.
-    for preset in selected_presets(args):
+    for preset, manifest in zip(chosen, manifests, strict=True):
         model_access.require(preset, os.environ, access_hubs(args))  # a gated model nobody can fetch: exit 3 now
-        runner = new_runner(preset, args, caps, build_model=False)
+        runner = new_runner(preset, args, caps, build_model=False, manifest=manifest)
         runner.check_fresh()
         runners.append((preset, runner))
     outcome = campaign_session.run(runners, args.label,

@@ -8,11 +8,12 @@ campaign's gates (a diffusers fallback, a failed BCG capture) or a failed reques
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
-from .. import contract, engine_probe, engine_python, env, gpu, presets, selftest, stats
-from ..serving import load, render, requests, run, server
+from .. import contract, engine_probe, engine_python, env, gpu, presets, request_manifest, selftest, stats
+from ..serving import device_room, load, render, requests, run, server
 from . import _runner
 
 TOOL = "bench_diffusion_serving"
@@ -118,10 +119,10 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
         server.check_flags(engine, [*preset.extra_args, *flags, "--host", "--port"], f"--arm-{letter}-args")
     size = requests.parse_size(args.size) if args.size else (preset.width or 1024, preset.height or 1024)
     if args.requests_file:
-        specs, sha = requests.load_manifest(Path(args.requests_file), Path(location["package_dir"]), size)
+        specs, sha = request_manifest.load_manifest(Path(args.requests_file), Path(location["package_dir"]), size)
         manifest = {"kind": "manifest", "path": str(Path(args.requests_file).resolve()), "sha256": sha,
                     "requests": len(specs), "shapes": requests.shapes(specs),
-                    "parser": requests.MANIFEST_SOURCE}
+                    "parser": request_manifest.MANIFEST_SOURCE}
     else:
         specs = requests.single_request(args.prompt or preset.prompt or "a photo of a cat", size,
                                         args.steps or preset.num_inference_steps, preset.seed or 42)
@@ -133,6 +134,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     points = [load.LoadPoint("request_rate", r) for r in args.request_rate or []]
     points += [load.LoadPoint("concurrency", float(n)) for n in args.concurrency]
     inventory = gpu.read_inventory()
+    device_room.check(model_path, [*preset.extra_args, *arm_a, *arm_b], inventory, os.environ)  # before any server
     output_dir = Path(args.output_dir or Path("serving-runs") / preset.name).resolve()
     return run.ServingRequest(
         model_path=model_path, sglang_cli=tuple(engine_python.sglang_cli(python)), engine_version=location["version"],

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from .. import contract, engine_args, engine_process, host_load, log_markers, progress
 from . import load, metrics, server, verdict
 from ..warm_engine import process_group_members
-from .requests import RequestSpec
+from ..request_manifest import RequestSpec
 
 ARMS = ("A", "B")
 REQUESTS_LOG = "requests.jsonl"  # every measured request as it completes: what a Ctrl-C mid-run keeps

@@ -1,0 +1,39 @@
+"""What a request manifest makes of a campaign's cells: the preset each request runs as, and the identity its cell
+records (which request, which shape), so every cell can be traced to its manifest line and judged with its own kind.
+
+A manifest request replaces the preset's request fields it sets (prompt, size, seed, steps, negative prompt, guidance,
+frames, fps); a field it leaves out keeps the preset's value, as a line without a size takes the preset's size. BCG
+arms warm up at every size of the manifest, so one engine serves all of its requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .presets import Preset
+from .request_manifest import Manifest, preset_fields
+
+
+def request_preset(preset: Preset, manifest: Manifest, index: int) -> Preset:
+    """``preset`` as manifest request ``index`` runs it."""
+    sizes = [*preset.bcg_warmup_resolutions, *(f"{r.width}x{r.height}" for r in manifest.requests)]
+    return dataclasses.replace(preset, **preset_fields(manifest.requests[index]),
+                               bcg_warmup_resolutions=tuple(dict.fromkeys(sizes)))
+
+
+def cell_request(preset: Preset, manifest: Manifest, index: int) -> dict[str, Any]:
+    """A cell's ``request``: the manifest request it sent and the shape it ran (after the arm's own overrides)."""
+    spec = manifest.requests[index]
+    return {"index": index, "request_id": spec.request_id, "line": spec.line, "width": preset.width,
+            "height": preset.height, "num_frames": preset.num_frames, "num_inference_steps": preset.num_inference_steps}
+
+
+def shape_label(request: dict[str, Any]) -> str:
+    """``128x64, 2 steps`` (and ``, 16 frames`` for a video request), for tables."""
+    words = [f"{request['width']}x{request['height']}"]
+    if request.get("num_frames"):
+        words.append(f"{request['num_frames']} frames")
+    if request.get("num_inference_steps"):
+        words.append(f"{request['num_inference_steps']} steps")
+    return ", ".join(words)

@@ -1,0 +1,172 @@
+"""Request manifests in the engine's own JSONL format (``sglang/multimodal_gen/benchmarks/request_manifest.py``),
+parsed by the engine's own loader: the one reader of ``--requests-file`` for serving runs and for campaigns.
+
+The loader is imported from the installed engine's file by path: it needs only the standard library, while importing
+it as ``sglang.multimodal_gen...`` would run sglang's package import (torch, transformers) in this process. Every
+line is checked before any server or engine starts; a line the engine would refuse is refused here, naming the line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import contract, engine_python, env
+
+MANIFEST_SOURCE = "multimodal_gen/benchmarks/request_manifest.py"
+# Fields of the engine's manifest that a text-to-image HTTP request carries (the OpenAI-style image API's names).
+PAYLOAD_FIELDS = ("seed", "negative_prompt", "guidance_scale", "num_inference_steps", "num_outputs_per_prompt")
+SIZE_MULTIPLE = 8  # the VAE's scale factor of every FLUX-like model: other sizes are refused by the pipeline
+# The sampling fields a campaign request carries: each is the preset's request field of that name, which the command
+# builder passes as the engine's own flag (--seed, --negative-prompt, ...): a request runs as `sglang generate` would.
+PRESET_FIELDS = ("seed", "negative_prompt", "guidance_scale", "num_inference_steps", "num_frames", "fps")
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestSpec:
+    """One request: the manifest's id, prompt and sampling parameters, and the line it came from."""
+
+    request_id: str
+    prompt: str
+    width: int
+    height: int
+    sampling: dict[str, Any]
+    line: int | None = None
+
+    @property
+    def shape(self) -> str:
+        steps = self.sampling.get("num_inference_steps")
+        return f"{self.width}x{self.height}" + (f"@{steps}steps" if steps else "")
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body of POST /v1/images/generations, as the engine's bench_serving builds it (model, prompt, n,
+        response_format=b64_json, size, num_inference_steps), plus the manifest's seed and other sampling fields;
+        PNG, so identical pixels give identical bytes."""
+        body: dict[str, Any] = {"model": "default", "prompt": self.prompt,
+                                "n": int(self.sampling.get("num_outputs_per_prompt", 1)),
+                                "response_format": "b64_json", "size": f"{self.width}x{self.height}",
+                                "output_format": "png"}
+        for name in PAYLOAD_FIELDS:
+            if name in self.sampling and name != "num_outputs_per_prompt":
+                body[name] = self.sampling[name]
+        return body
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "prompt": self.prompt, "width": self.width, "height": self.height,
+                "shape": self.shape, "sampling": dict(self.sampling), "line": self.line}
+
+
+def _engine_loader(package_dir: Path):
+    path = package_dir / MANIFEST_SOURCE
+    if not path.is_file():
+        raise contract.PreconditionError(
+            "engine.no_manifest_parser", f"the installed engine at {package_dir} ships no {MANIFEST_SOURCE}",
+            "use sglang 0.5.23 or newer for --requests-file, or give one request with --prompt/--size")
+    name = f"sgl_diffusion_bench_engine_request_manifest_{abs(hash(str(path)))}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the file runs
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    return module.load_request_manifest
+
+
+def _bad_line(path: Path, line: int | None, message: str) -> contract.InputError:
+    where = f"line {line}" if line else "the manifest"
+    return contract.InputError("input.bad_manifest", f"{path}: {where}: {message}; nothing was started",
+                               "fix that line (fields: prompt, request_id, seed, width, height, num_inference_steps, "
+                               "negative_prompt, guidance_scale, sampling_params)", details={"line": line})
+
+
+def _int_field(value: Any, name: str, path: Path, line: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _bad_line(path, line, f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int]) -> tuple[list[RequestSpec], str]:
+    """The manifest's requests and its sha256, by the engine's loader, then the checks a text-to-image server
+    would fail a request on (size a multiple of SIZE_MULTIPLE, positive steps, no condition images)."""
+    if not path.is_file():
+        raise contract.InputError("input.bad_manifest", f"--requests-file {path}: no such file",
+                                  "give a JSONL request manifest (scripts/sgl_diffusion_bench/data/"
+                                  "sample_requests.jsonl is one)")
+    try:
+        loaded = _engine_loader(package_dir)(path)
+    except ValueError as exc:
+        match = re.search(r"[Ll]ine (\d+)", str(exc))
+        line = int(match[1]) if match else None
+        raise _bad_line(path, line, f"the engine's manifest parser refused it: {exc}") from None
+    numbered = [n for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text.strip()]
+    specs = []
+    for request, line in zip(loaded.requests, numbered, strict=True):
+        sampling = dict(request.sampling_params)
+        if "image_path" in sampling:
+            raise _bad_line(path, line, "image_paths: manifest requests run as text-to-image requests only")
+        width = _int_field(sampling.pop("width", default_size[0]), "width", path, line)
+        height = _int_field(sampling.pop("height", default_size[1]), "height", path, line)
+        if width % SIZE_MULTIPLE or height % SIZE_MULTIPLE:
+            raise _bad_line(path, line, f"size {width}x{height} is not a multiple of {SIZE_MULTIPLE}; the pipeline "
+                                        "refuses it")
+        for name in ("num_inference_steps", "num_outputs_per_prompt", "num_frames", "fps"):
+            if name in sampling:
+                _int_field(sampling[name], name, path, line)
+        guidance = sampling.get("guidance_scale", 0.0)
+        if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or guidance < 0:
+            raise _bad_line(path, line, f"guidance_scale must be a number >= 0, got {guidance!r}")
+        if "seed" in sampling and (isinstance(sampling["seed"], bool) or not isinstance(sampling["seed"], int)):
+            raise _bad_line(path, line, f"seed must be an integer, got {sampling['seed']!r}")
+        specs.append(RequestSpec(request.request_id, request.prompt, width, height, sampling, line))
+    return specs, loaded.sha256
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A campaign's manifest: where it is, its sha256 (the exact input), and its requests in file order."""
+
+    path: Path
+    sha256: str
+    requests: tuple[RequestSpec, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "sha256": self.sha256, "parser": MANIFEST_SOURCE,
+                "requests": [{"index": n, **spec.to_json()} for n, spec in enumerate(self.requests)]}
+
+
+def preset_fields(spec: RequestSpec) -> dict[str, Any]:
+    """The preset request fields this manifest request replaces (dataclasses.replace on a presets.Preset)."""
+    return {"prompt": spec.prompt, "width": spec.width, "height": spec.height,
+            **{name: spec.sampling[name] for name in PRESET_FIELDS if name in spec.sampling}}
+
+
+def for_campaign(path_text: str | None, python_option: str | None,
+                 preset_size: tuple[int | None, int | None]) -> Manifest | None:
+    """A campaign's ``--requests-file`` (None without one), read by the parser of the engine ``--engine-python``
+    names, before that engine is probed or started; a line without a size takes the preset's. A line with a field
+    the preset's request cannot carry is refused, naming it."""
+    if not path_text:
+        return None
+    path, python = Path(path_text), engine_python.resolve(python_option)
+    location = env.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
+    if not location["installed"]:
+        raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
+                                         "install the engine (README 'Engine install') or pass --engine-python")
+    specs, sha = load_manifest(path, Path(location["package_dir"]), (preset_size[0] or 1024, preset_size[1] or 1024))
+    for spec in specs:
+        other = sorted(k for k in spec.sampling if k not in PRESET_FIELDS
+                       and not (k == "num_outputs_per_prompt" and spec.sampling[k] == 1))
+        if other:
+            raise _bad_line(path, spec.line, f"{', '.join(other)}: a campaign request sets only prompt, width, "
+                                             f"height and {', '.join(PRESET_FIELDS)}")
+        if not isinstance(spec.sampling.get("negative_prompt", ""), str):
+            raise _bad_line(path, spec.line, "negative_prompt must be a string")
+    return Manifest(path.resolve(), sha, tuple(specs))
