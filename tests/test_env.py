@@ -272,3 +272,34 @@ def test_inspect_is_not_ok_when_a_problem_is_an_error(tmp_path):
     human = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
                        "--no-engine-check", env={env.WORKDIR_ENV: str(tmp_path / "work")})
     assert human.returncode == 3 and "not ready" in human.stdout + human.stderr
+
+
+def test_a_lock_file_of_ours_that_cannot_be_written_is_a_clear_refusal(tmp_path):
+    """An immutable lock file (chattr +i, or read-only to a non-root user) is exit 3 naming the path and why."""
+    with gpu.GpuLease(["GPU-a"], lock_dir=tmp_path):
+        pass  # creates the lock file, ours
+    lock = tmp_path / "gpu-GPU-a.lock"
+    if os.getuid() == 0:
+        if subprocess.run(["chattr", "+i", str(lock)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available on this filesystem")
+    else:
+        lock.chmod(0o444)
+    try:
+        with pytest.raises(contract.PreconditionError) as info:
+            gpu.GpuLease(["GPU-a"], lock_dir=tmp_path).acquire()
+    finally:
+        if os.getuid() == 0:
+            subprocess.run(["chattr", "-i", str(lock)], check=True)
+    assert info.value.code == "gpu.lock_file_unwritable" and info.value.exit_code == contract.ExitCode.PRECONDITION
+    assert str(lock) in info.value.message and "cannot be written: " in info.value.message
+    assert gpu.lease_holder("GPU-a", tmp_path) is None  # nothing left held
+
+
+@pytest.mark.parametrize("visible, named", [("0,0", "0 and 0 are GPU-a"), ("1,GPU-b", "1 and GPU-b are GPU-b")])
+def test_a_gpu_named_twice_in_cuda_visible_devices_is_a_usage_error(tmp_path, visible, named):
+    inventory = gpu.read_inventory(FakeNvml([FakeDevice("GPU-a"), FakeDevice("GPU-b")]))
+    with pytest.raises(contract.UsageError) as info:
+        with gpu.campaign_devices(1, "t", inventory, environ={"CUDA_VISIBLE_DEVICES": visible}, lock_dir=tmp_path):
+            pass
+    assert info.value.code == "gpu.duplicate_devices" and named in info.value.message
+    assert "another process" not in info.value.message and not list(tmp_path.glob("*.lock"))

@@ -33,7 +33,7 @@ HOLDER = textwrap.dedent("""
     elif what == "engine":
         engine_process.run_engine(command, dict(os.environ), tmp / "engine.log")
     elif what == "cache":
-        model_cache.prepare_child_cache(tmp / "root", "org/m", "killed")
+        model_cache.prepare_child_cache(tmp / "root", "org/m", "killed", held_by="run")
         (tmp / "command.pid").write_text(str(os.getpid()))
         time.sleep(300)
     elif what == "cleanup":
@@ -99,10 +99,12 @@ def test_sigkill_of_a_lease_holder_stops_its_command_and_frees_the_gpu(tmp_path)
 
 def test_a_killed_runs_cache_child_is_reclaimed_with_a_ledger_line(tmp_path):
     proc, _ = _start(tmp_path, "cache")
-    live = model_cache.prepare_child_cache(tmp_path / "root", "org/m", "alive")  # ours: this process is alive
-    assert model_cache.reclaim_stale_children(tmp_path / "root", tmp_path / "l.jsonl") == []  # holder still alive
+    live = model_cache.prepare_child_cache(tmp_path / "root", "org/m", "alive", held_by="run")  # this process's
+    assert model_cache.reclaim_stale_children(tmp_path / "root", tmp_path / "l.jsonl") == model_cache.Reclaim((), ())
     _sigkill(proc)
-    (entry,) = model_cache.reclaim_stale_children(tmp_path / "root", tmp_path / "l.jsonl")
+    reclaim = model_cache.reclaim_stale_children(tmp_path / "root", tmp_path / "l.jsonl")
+    (entry,), kept = reclaim.cleaned, reclaim.kept
+    assert kept == () and entry["owner"]["kind"] == "run" and entry["owner"]["pid"] == proc.pid
     assert entry["ok"] and entry["exit_reason"] == "reclaimed" and entry["label"] == "killed"
     assert not Path(entry["cache_dir"]).exists() and live.child.is_dir()
     lines = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
@@ -243,6 +245,6 @@ def test_real_campaign_clash_then_sigkill_leaves_no_engine_and_a_reclaimable_cac
             break
         time.sleep(0.5)
     assert leftovers == [], "an engine process outlived the SIGKILLed runner"
-    (entry,) = model_cache.reclaim_stale_children(tmp_path / "cache", tmp_path / "out" / "cleanup.jsonl")
+    (entry,) = model_cache.reclaim_stale_children(tmp_path / "cache", tmp_path / "out" / "cleanup.jsonl").cleaned
     assert entry["ok"] and entry["exit_reason"] == "reclaimed"
     assert not list((tmp_path / "cache").glob("*-clash"))

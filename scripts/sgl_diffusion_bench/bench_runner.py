@@ -319,16 +319,16 @@ class CampaignRunner:
         if self.settings.cleanup_model_cache:  # what a killed run left is removed (and ledgered) first
             self.warnings += model_cache.reclaim_for_run(self.settings.model_cache_root, self._ledger_path())
         prepared = model_cache.prepare_child_cache(self.settings.model_cache_root, self.preset.name,
-                                                   self.settings.label, self.settings.seed_caches)
+                                                   self.settings.label, self.settings.seed_caches, held_by="run")
         self._prepared = prepared
         yield prepared
 
     def _finish(self, exit_reason: str) -> dict[str, Any]:
         prepared = self._prepared
-        if prepared is not None and self.settings.cleanup_model_cache:
-            self.cleanup_entry = model_cache.cleanup_child_cache(prepared.root, prepared.child, exit_reason,
-                                                                 self._ledger_path(),
-                                                                 self.preset.name, self.settings.label)
+        if prepared is not None:  # cleaned when asked, else handed to the user; the run's hold ends here
+            self.cleanup_entry = model_cache.finish_run_child(
+                prepared, cleanup=self.settings.cleanup_model_cache, reason=exit_reason,
+                ledger_path=self._ledger_path(), model=self.preset.name, label=self.settings.label)
         return self.write_report(final=True)
 
     def _ledger_path(self) -> Path:

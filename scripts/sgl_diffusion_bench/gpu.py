@@ -289,6 +289,24 @@ def _open_lock(path: Path, *, create: bool = True) -> int:
         return fd
 
 
+def _write_record(fd: int, path: Path, label: str) -> None:
+    """Our holder record into our own lock file; a file of ours we cannot write (immutable, read-only filesystem) is
+    a clear refusal, not a crash."""
+    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "label": label,
+                         "since": contract.utc_now()}).encode()
+    try:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+            os.close(os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))  # raises the reason
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+    except OSError as exc:
+        raise contract.PreconditionError(
+            "gpu.lock_file_unwritable", f"GPU lock file {path} is this user's but cannot be written: "
+            f"{exc.strerror or 'opened read-only'}",
+            f"an immutable attribute or a read-only filesystem? 'lsattr {path}'; remove the attribute (chattr -i) or "
+            f"the file, or set {LOCK_DIR_ENV} to a writable directory") from None
+
+
 class GpuLease:
     """Exclusive hold of a set of GPUs for one process; use as a context manager or call release()."""
 
@@ -318,10 +336,7 @@ class GpuLease:
                 if previous and previous.get("pid") and not owner.pid_alive(int(previous["pid"])):
                     self.reclaimed.append({"uuid": uuid, "stale_pid": previous["pid"]})
                 if os.fstat(fd).st_uid == os.getuid():
-                    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "label": self.label,
-                                         "since": contract.utc_now()}).encode()
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, record, 0)
+                    _write_record(fd, path, self.label)
         except BaseException:
             self.release()
             raise
@@ -388,7 +403,18 @@ def campaign_devices(count: int, label: str, inventory: Inventory, environ: dict
             yield ",".join(str(g.index) for g in gpus), [g.uuid for g in gpus]
         return
     by_key = {**{str(g.index): g for g in inventory.gpus}, **{g.uuid: g for g in inventory.gpus}}
-    chosen = [by_key.get(k.strip()) for k in wanted.split(",")]
+    keys = [k.strip() for k in wanted.split(",")]
+    chosen = [by_key.get(k) for k in keys]
+    named: dict[str, list[str]] = {}
+    for key, gpu in zip(keys, chosen, strict=True):
+        if gpu is not None:
+            named.setdefault(gpu.uuid, []).append(key)
+    repeated = {uuid: ks for uuid, ks in named.items() if len(ks) > 1}
+    if repeated:
+        raise contract.UsageError(
+            "gpu.duplicate_devices", f"CUDA_VISIBLE_DEVICES={wanted} names one GPU more than once: "
+            + "; ".join(f"{' and '.join(ks)} are {uuid}" for uuid, ks in repeated.items()),
+            "list each GPU once (NVML indices or UUIDs)")
     if any(g is None for g in chosen) or len(chosen) < count:
         raise contract.PreconditionError(
             "gpu.visible_devices", f"CUDA_VISIBLE_DEVICES={wanted} does not name {count} GPU(s) NVML knows",

@@ -12,7 +12,6 @@ post-check lists every directory a deletion happened in. The ledger gets a "star
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 import os
 import stat
@@ -22,6 +21,8 @@ from typing import Any, Callable
 
 from .. import contract
 from .layout import MANIFEST_NAME, MARKER_NAME, _marker_ok, resolve_root
+from .ledger import open_ledger, write_line, owner_field
+from .ownership import check_run_files
 from .tree import TreeEntry, _read_manifest, compute_stats, fingerprint_tree, hf_scan, walk_tree
 
 RESIDUAL_SAMPLE_LIMIT = 50
@@ -333,18 +334,21 @@ def _seed_checks(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def cleanup_child_cache(root: str | Path, child: str | Path, reason: str, ledger_path: str | Path,
                         model: str | None = None, label: str | None = None, *,
-                        remove: Remover = remove_entry) -> dict[str, Any]:
+                        remove: Remover = remove_entry, only_run_files: bool = False) -> dict[str, Any]:
     """Plan, write the ledger's "started" line, delete, re-scan independently, append the finished line; returns it.
 
     ``entry["ok"]`` is false when anything remains, a deletion failed, a link's outside target changed, a deletion
     happened outside the child, or a seed cache's fingerprint moved. An unwritable ledger refuses before anything is
     deleted. On KeyboardInterrupt (or any crash) the finished entry (marked interrupted) is still written, then the
-    exception is re-raised.
+    exception is re-raised. ``only_run_files`` (every cleanup the tool starts on its own): refuse, deleting nothing,
+    a child holding what its run did not create (``cache.foreign_files``).
     """
     if reason not in EXIT_REASONS:
         raise contract.UsageError("cache.bad_reason", f"reason {reason!r} is not one of {EXIT_REASONS}",
                                   "pass --reason success, error or interrupted")
     plan = plan_cleanup(root, child)
+    if only_run_files:
+        check_run_files(plan.child, plan.entries, ((plan.manifest or {}).get("owner") or {}).get("uid"))
     ledger = Path(ledger_path).expanduser().resolve()
     if ledger.is_relative_to(plan.child):
         raise contract.UsageError("cache.ledger_inside_child", f"ledger {ledger} is inside the child being deleted",
@@ -353,42 +357,21 @@ def cleanup_child_cache(root: str | Path, child: str | Path, reason: str, ledger
     model = model if model is not None else manifest.get("model", "")
     label = label if label is not None else manifest.get("label", "")
     cleanup_id = uuid.uuid4().hex
-    ledger_fd = _open_ledger(ledger)
+    ledger_fd = open_ledger(ledger)
     try:
-        _write_line(ledger_fd, _started_entry(plan, reason, model, label, cleanup_id))
+        write_line(ledger_fd, _started_entry(plan, reason, model, label, cleanup_id))
         try:
             deletion = execute_cleanup(plan, remove)
         except BaseException as exc:
             outcome = getattr(exc, "outcome", None) or {"failures": [{"path": str(plan.child),
                                                                        "error": f"stopped by {type(exc).__name__}"}]}
-            _write_line(ledger_fd, _ledger_entry(plan, outcome, reason, model, label, cleanup_id))
+            write_line(ledger_fd, _ledger_entry(plan, outcome, reason, model, label, cleanup_id))
             raise
         entry = _ledger_entry(plan, deletion, reason, model, label, cleanup_id)
-        _write_line(ledger_fd, entry)
+        write_line(ledger_fd, entry)
     finally:
         os.close(ledger_fd)
     return entry
-
-
-def check_ledger(ledger_path: str | Path) -> None:
-    """Refuse now (cache.ledger_unwritable) if a cleanup could not write its ledger later."""
-    os.close(_open_ledger(Path(ledger_path).expanduser().resolve()))
-
-
-def _open_ledger(ledger: Path) -> int:
-    """The ledger opened for appending before anything is deleted; a ledger that cannot be written refuses."""
-    try:
-        ledger.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise contract.PreconditionError(
-            "cache.ledger_unwritable", f"ledger {ledger} cannot be opened for appending: {exc.strerror}",
-            "nothing was deleted; pass a --ledger in a writable directory") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise contract.PreconditionError("cache.ledger_unwritable", f"ledger {ledger} is not a regular file",
-                                         "nothing was deleted; pass a --ledger that is a regular file")
-    return fd
 
 
 def _started_entry(plan: CleanupPlan, reason: str, model: str, label: str, cleanup_id: str) -> dict[str, Any]:
@@ -403,7 +386,7 @@ def _started_entry(plan: CleanupPlan, reason: str, model: str, label: str, clean
         "cleanup-ledger.v1", "cleanup_model_cache", ok=False, phase="started", cleanup_id=cleanup_id, model=model,
         label=label, exit_reason=reason, root=str(plan.root), cache_dir=str(plan.child),
         cleaned_at_unix_s=round(time.time(), 3), before=plan.before, after=plan.before, hf_scan_before=plan.hf_scan,
-        hf_scan_after=plan.hf_scan, deletion=deletion, residual=residual, seed_caches=[])
+        hf_scan_after=plan.hf_scan, deletion=deletion, residual=residual, seed_caches=[], **owner_field(plan.manifest))
 
 
 def _ledger_entry(plan: CleanupPlan, deletion: dict[str, Any], reason: str, model: str, label: str,
@@ -421,13 +404,4 @@ def _ledger_entry(plan: CleanupPlan, deletion: dict[str, Any], reason: str, mode
         cleaned_at_unix_s=round(time.time(), 3), before=plan.before, after=after, hf_scan_before=plan.hf_scan,
         hf_scan_after=hf_scan(plan.child / "huggingface" / "hub"),
         deletion={**deletion, "failures": deletion["failures"][:RESIDUAL_SAMPLE_LIMIT]},
-        residual=residual, seed_caches=seeds)
-
-
-def _write_line(fd: int, entry: dict[str, Any]) -> None:
-    contract.check_document(entry)
-    data = (json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-    while data:
-        data = data[os.write(fd, data):]
-    os.fsync(fd)
-
+        residual=residual, seed_caches=seeds, **owner_field(plan.manifest))

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import contract, fileio, owner
+from .. import contract, fileio
 from .layout import (MANIFEST_NAME, MARKER_NAME, MARKER_TEXT, _marker_ok, cache_environment, child_name,
                      resolve_root, resolve_seed_hub)
+from .ownership import HOLDERS, RunLock, holder_record, take_run_lock
 from .tree import fingerprint_tree
 
 COPIED_REPO_SUBDIRS = ("refs", "trees")  # copied so the run may update them; everything else is linked
@@ -43,6 +44,7 @@ class PreparedCache:
     manifest_path: Path
     root_created: bool
     seeds: tuple[SeedOverlay, ...]
+    lock: RunLock | None = None  # held for a run's lifetime; None for a child the user holds
 
 
 
@@ -98,9 +100,14 @@ def _link_or_skip(dest: Path, target: str, *, recreated: bool = False) -> str:
     return "links_recreated" if recreated else "links_created"
 
 
-def prepare_child_cache(root: str | Path, model: str, label: str,
-                        seed_caches: Iterable[str | Path] = ()) -> PreparedCache:
-    """Create ``<root>/<model>-<label>`` (never reusing one), overlay the seeds, and return the engine environment."""
+def prepare_child_cache(root: str | Path, model: str, label: str, seed_caches: Iterable[str | Path] = (), *,
+                        held_by: str = "user") -> PreparedCache:
+    """Create ``<root>/<model>-<label>`` (never reusing one), overlay the seeds, and return the engine environment.
+
+    ``held_by="run"``: this process holds the child's lock until it cleans or hands over the child (ownership.py);
+    ``"user"``: the child stays until the user cleans it, whatever happens to this process."""
+    if held_by not in HOLDERS:
+        raise ValueError(f"held_by must be one of {HOLDERS}, not {held_by!r}")
     name = child_name(model, label)
     resolved_root = resolve_root(root)
     seeds = list(seed_caches)
@@ -123,21 +130,25 @@ def prepare_child_cache(root: str | Path, model: str, label: str,
     except OSError as exc:
         raise contract.PreconditionError("cache.root_not_writable", f"cannot create {child}: {exc.strerror}",
                                          "pass a --root on a writable disk") from None
+    lock = None
     try:
-        return _fill_child(resolved_root, child, model, label, seeds, root_created)
+        lock = take_run_lock(child) if held_by == "run" else None
+        return _fill_child(resolved_root, child, model, label, seeds, root_created, held_by, lock)
     except OSError as exc:
+        if lock is not None:
+            lock.release()
         raise contract.ToolError(
             "cache.prepare_failed", f"preparing {child} failed: {exc}",
             f"remove the partial child: cleanup_model_cache.py cleanup --root {resolved_root} --child {child.name} "
             "--reason error --ledger FILE") from None
 
 
-def _fill_child(resolved_root: Path, child: Path, model: str, label: str, seeds: list,
-                root_created: bool) -> PreparedCache:
+def _fill_child(resolved_root: Path, child: Path, model: str, label: str, seeds: list, root_created: bool,
+                held_by: str, lock: RunLock | None) -> PreparedCache:
     env = cache_environment(child)
     manifest = {"manifest_version": 1, "model": model, "label": label, "root": str(resolved_root),
                 "child": str(child), "created_at": contract.utc_now(), "created_at_unix_s": time.time(),
-                "state": "preparing", "seed_caches": [], "env": env, "owner": owner.record()}
+                "state": "preparing", "seed_caches": [], "env": env, "owner": holder_record(held_by)}
     manifest_path = child / MANIFEST_NAME
     _write_json(manifest_path, manifest)  # first, so a half-prepared child is still recognisably ours
     overlays = []
@@ -150,7 +161,7 @@ def _fill_child(resolved_root: Path, child: Path, model: str, label: str, seeds:
         Path(env[key]).mkdir(parents=True, exist_ok=True)
     manifest.update(state="ready", seed_caches=[o.as_dict() for o in overlays])
     _write_json(manifest_path, manifest)
-    return PreparedCache(resolved_root, child, env, manifest_path, root_created, tuple(overlays))
+    return PreparedCache(resolved_root, child, env, manifest_path, root_created, tuple(overlays), lock)
 
 
 def _claim_root(root: Path) -> bool:

@@ -29,14 +29,24 @@ def verify_ledger(ledger_path: str | Path) -> dict[str, Any]:
         entries.append((number, entry))
     finished = {e.get("cleanup_id") for _, e in entries if e.get("phase", "finished") == "finished"}
     # A started line stands for itself only when its cleanup never wrote a finished line (a killed cleanup).
-    results = [_verify_entry(number, entry) for number, entry in entries
-               if entry.get("phase") != "started" or entry.get("cleanup_id") not in finished]
+    standing = [(n, e) for n, e in entries if e.get("phase") != "started" or e.get("cleanup_id") not in finished]
+    results = [_kept(n, e) if e.get("phase") == "kept" else _verify_entry(n, e) for n, e in standing]
     if not results:
         raise contract.PreconditionError("cache.ledger_empty", f"ledger {ledger} has no entries",
                                          "run 'cleanup' first; an empty ledger proves nothing")
     residue = [r for r in results if r["status"] == "present"]
     return {"entries": results, "entry_count": len(results), "residue_count": len(residue),
             "recorded_failures": sum(not r["recorded_ok"] for r in results)}
+
+
+def _kept(number: int, entry: dict[str, Any]) -> dict[str, Any]:
+    """A child the tool left in place on purpose: nothing was deleted, so there is no absence to check; what it holds
+    now is measured."""
+    cache_dir = Path(entry["cache_dir"])
+    present = cache_dir.is_dir() and not cache_dir.is_symlink()
+    return {"line": number, "cache_dir": str(cache_dir), "model": entry["model"], "label": entry["label"],
+            "exit_reason": None, "recorded_ok": entry["ok"], "status": "kept", "kept_reason": entry["kept_reason"],
+            "residual": compute_stats(cache_dir, walk_tree(cache_dir) if present else [])}
 
 
 def _verify_entry(number: int, entry: dict[str, Any]) -> dict[str, Any]:
