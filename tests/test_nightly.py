@@ -110,3 +110,42 @@ def test_missing_or_malformed_config(tmp_path):
     bad = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(malformed),
                    "--json")
     assert bad.returncode == 2 and bad.document["error"]["code"] == "input.nightly_config_invalid"
+
+
+UPSTREAM = TEST_FIXTURES / "nightly" / "upstream" / "comparison_configs.json"
+
+
+def test_the_upstream_config_as_upstream_writes_it_is_checked_not_refused(tmp_path):
+    """sglang's real comparison_configs.json (reference_image: true) is read and compared field by field; its one
+    drift from the catalog is the consumer case no preset mirrors, named by the order check."""
+    upstream = json.loads(UPSTREAM.read_text())
+    assert sum(c.get("reference_image") is True for c in upstream["cases"]) == 5
+    run = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(UPSTREAM),
+                   "--json")
+    assert run.returncode == 1 and run.document["schema"] == "nightly-check.v1"
+    (problem,) = run.document["problems"]
+    assert problem.startswith("nightly case order differs") and "minimax_h3_i2va_5090_consumer" in problem
+    assert all(row["ok"] for row in run.document["presets"]) and len(run.document["presets"]) == 12
+    upstream["cases"] = [c for c in upstream["cases"] if c["id"] != "minimax_h3_i2va_5090_consumer"]
+    known = tmp_path / "comparison_configs.json"
+    known.write_text(json.dumps(upstream))
+    passed = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(known),
+                      "--json")
+    assert passed.returncode == 0 and passed.document["ok"], passed.document["problems"]
+    _case(upstream, "qwen_image_edit_2511")["reference_image"] = False
+    known.write_text(json.dumps(upstream))
+    edited = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(known),
+                      "--json")
+    assert edited.document["problems"] == [
+        "qwen-edit: image presence differs: preset has image=True, case has reference_image=False"]
+
+
+@pytest.mark.parametrize("value", [1, [], {"path": "cat.png"}])
+def test_a_reference_image_that_is_neither_a_flag_nor_a_path_is_refused(tmp_path, value):
+    config = json.loads(UPSTREAM.read_text())
+    _case(config, "qwen_image_edit_2511")["reference_image"] = value
+    bad = tmp_path / "comparison_configs.json"
+    bad.write_text(json.dumps(config))
+    run = run_main("bench_diffusion_denoise", "--validate-nightly-alignment", "--nightly-config", str(bad), "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "input.nightly_config_invalid"
+    assert "reference_image" in run.document["error"]["message"]

@@ -55,7 +55,7 @@ def load_config(path: Path) -> dict[str, Any]:
 
 
 _NUMBER_FIELDS = (*CASE_CLI_FIELDS, "seed", "num_gpus")
-_TEXT_FIELDS = ("model", "prompt", "reference_image")
+_TEXT_FIELDS = ("model", "prompt")
 
 
 def _wrong_fields(case: Mapping[str, Any]) -> list[str]:
@@ -63,6 +63,8 @@ def _wrong_fields(case: Mapping[str, Any]) -> list[str]:
     wrong = [f for f in _NUMBER_FIELDS if case.get(f) is not None
              and (isinstance(case[f], bool) or not isinstance(case[f], (int, float)))]
     wrong += [f for f in _TEXT_FIELDS if case.get(f) is not None and not isinstance(case[f], str)]
+    if case.get("reference_image") is not None and not isinstance(case["reference_image"], (bool, str)):
+        wrong.append("reference_image")  # upstream writes true (the config's test_image_url); a path also works
     if case.get("sglang_request_extra") is not None and not isinstance(case["sglang_request_extra"], dict):
         wrong.append("sglang_request_extra")
     frameworks = case.get("frameworks", {})
