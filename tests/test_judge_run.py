@@ -60,3 +60,40 @@ def test_intent_and_media_kinds_are_applied(tmp_path):
     assert bcg["status"] == "invalid" and any(r.startswith("bcg.") for r in bcg["reasons"]), bcg["reasons"]
     bare = _judge("native-ok", tmp_path).document  # no output given: the runner would not count it either
     assert bare["status"] == "invalid" and any(r.startswith("artifacts.no_output") for r in bare["reasons"])
+
+
+H200_CAMPAIGN = TEST_FIXTURES / "gpu-h200-0.5.23" / "evidence-at-launch-verified" / "campaign"
+H200_CELL = "flux-1gpu__evidence__bcg__r01p02"
+
+
+def _h200_cell(tmp_path: Path, edit) -> list[str]:
+    """One counted BCG cell of the H200 campaign, with its warm engine's log beside it, its segment edited."""
+    for name in (H200_CELL, "flux-1gpu__evidence__warm-e2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "engine.log").write_bytes((H200_CAMPAIGN / name / "engine.log").read_bytes())
+    log = tmp_path / H200_CELL / "engine.log"
+    log.write_text(edit(log.read_text(encoding="utf-8")), encoding="utf-8")
+    return ["--log", str(log), "--engine-log", str(tmp_path / "flux-1gpu__evidence__warm-e2" / "engine.log"),
+            "--engine-version", "0.5.23", "--perf-dump", str(H200_CAMPAIGN / H200_CELL / f"{H200_CELL}.perf.json"),
+            "--output", str(TEST_FIXTURES / "gpu-h200-0.5.23" / "evidence-output-2c0dbc1f.png"), "--task", "t2i",
+            "--bcg", "--json"]
+
+
+def test_the_unedited_h200_segment_is_valid(tmp_path):
+    run = run_script("judge_run", *_h200_cell(tmp_path, lambda text: text))
+    assert run.document["status"] == "valid", run.document["reasons"]
+
+
+@pytest.mark.parametrize("edit, code", [
+    (lambda text: "", "log.empty_segment"),
+    (lambda text: "\n".join(line for line in text.splitlines() if "saved to" not in line.lower()
+                            and "dumped to" not in line.lower()), "log.no_request_evidence"),
+    (lambda text: text + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n", "engine.oom"),
+    (lambda text: text + "RuntimeError: CUDA error: an illegal memory access was encountered\n", "engine.exception"),
+])
+def test_an_emptied_or_failing_segment_is_never_valid(tmp_path, edit, code):
+    """A counted cell's request log emptied, stripped of its completion lines, or ending in an engine exception:
+    the perf dump beside it is as good as ever, and the run still does not count."""
+    run = run_script("judge_run", *_h200_cell(tmp_path, edit))
+    assert run.returncode == 1 and run.document["status"] == "invalid" and run.document["perf"] is None
+    assert any(r.startswith(code + ":") for r in run.document["reasons"]), run.document["reasons"]

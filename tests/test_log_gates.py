@@ -272,7 +272,8 @@ def test_generation_failed_with_exit_code_zero_is_invalid():
     assert codes(verdict) == {"engine.stage_error", "engine.request_error", "engine.exception",
                               "engine.generation_failed", "engine.zero_outputs"}
     assert verdict.generated_outputs == 0 and verdict.native_evidence
-    assert sum(f.code == "engine.exception" for f in verdict.failure_lines) == 2
+    # two traceback headers, and the exception line that ends one of them (RuntimeError: CUDA error: ...)
+    assert sum(f.code == "engine.exception" for f in verdict.failure_lines) == 3
     assert not verdict.saved_outputs and not verdict.metrics_dumps
 
 

@@ -31,6 +31,17 @@ NO_OUTPUT_SAVED = "artifacts.no_output: the run saved no output file"
 NO_PERF_DUMP_WRITTEN = "artifacts.no_perf_dump: the run wrote no perf dump"
 
 
+def _request_evidence(verdict: log_gates.GateVerdict) -> list[str]:
+    """A request's log must show the request ran: an empty segment, or one without the engine's own line for a saved
+    output or a dumped perf file, proves nothing however good the files beside it look."""
+    if verdict.lines_seen == 0:
+        return ["log.empty_segment: the request's log is empty: nothing in it shows the request ran"]
+    if not verdict.saved_outputs and not verdict.metrics_dumps:
+        return ["log.no_request_evidence: the request's log has no 'Output saved to' and no 'Metrics dumped to' "
+                "line: nothing in it shows the request ran to the end"]
+    return []
+
+
 def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, stop_reason: str | None,
                   perf_dump_path: Path | None, output_paths: Sequence[Path], memory_kind: str | None,
                   requested: output_check.RequestedShape = output_check.NOT_REQUESTED,
@@ -50,6 +61,7 @@ def judge_request(*, verdict: log_gates.GateVerdict, returncode: int | None, sto
         failed = True
         reasons.append(f"engine.exit_code: exited {returncode}")
     reasons += [f"{r.code}: {r.message}" for r in verdict.reasons if not (stop_reason and r.code == stop_reason)]
+    reasons += _request_evidence(verdict)
     perf = None
     if perf_dump_path is not None and perf_dump_path.is_file():
         try:
