@@ -10,9 +10,13 @@ evidence-at-launch/), so this campaign took 177.5 s: the tests pin what was meas
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from conftest import TEST_FIXTURES, run_script
 
@@ -80,3 +84,95 @@ def test_the_reference_rows_on_the_same_boot_measured_the_same_request():
         assert len(ours) == 4 and abs(e2e - sum(ours) / len(ours)) / e2e < 0.03, (dump, e2e)
     steps = (H200 / "evidence-at-launch-steps.txt").read_text()
     assert "reference-a1 rc=0" in steps and "reference-b1 rc=0" in steps
+
+
+def _rehash(folder: Path) -> None:
+    """What a forger does after editing: every recorded file's hash and size made to match the folder again."""
+    doc = _load(folder / "evidence.json")
+    for rec in [f for s in doc["steps"] for f in s["files"]] + doc["rendered"]:
+        path = folder / rec["path"]
+        if path.is_file():
+            rec["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            rec["bytes"] = path.stat().st_size
+    (folder / "evidence.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _edit_manifest(folder: Path, edit) -> None:
+    doc = _load(folder / "evidence.json")
+    edit(doc)
+    (folder / "evidence.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _new_findings(folder: Path) -> list[dict]:
+    dropped = set((H200 / "evidence-at-launch-dropped.txt").read_text().split())
+    run = _verify(folder)
+    assert run.returncode == 1
+    return [f for f in run.document["findings"] if not (f["check"] == "missing" and f["file"] in dropped)]
+
+
+def test_every_step_skipped_and_every_file_gone_is_not_a_complete_folder(tmp_path):
+    folder = _restored(tmp_path)
+    for child in folder.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child)
+
+    def skip_all(doc):
+        for step in doc["steps"]:
+            step.update(status="skipped", files=[], document=None, result=None, reason="skipped")
+    _edit_manifest(folder, skip_all)
+    assert run_script("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
+    findings = _new_findings(folder)
+    named = {f["expected"].split()[0] for f in findings if f["check"] == "step_status"}
+    assert named == {f"steps.{n}.status" for n in ("readiness", "campaign", "output_identity", "profile",
+                                                   "trace_analysis", "bcg_replay", "cleanup")}
+
+
+@pytest.mark.parametrize("name, field, value, on_disk", [
+    ("campaign", "verdict", "improved", "insufficient_data"),
+    ("output_identity", "passed", False, "True"),
+])
+def test_a_step_result_edited_in_the_record_is_named(tmp_path, name, field, value, on_disk):
+    folder = _restored(tmp_path)
+    _edit_manifest(folder, lambda doc: next(s for s in doc["steps"] if s["name"] == name)["result"].update(
+        {field: value}))
+    assert run_script("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
+    (finding,) = _new_findings(folder)
+    assert finding["check"] == "step_result" and finding["file"] == "evidence.json"
+    assert finding["expected"] == f"steps.{name}.result.{field} {value}" and finding["found"].startswith(on_disk)
+
+
+def test_an_emptied_request_log_of_a_counted_cell_is_named(tmp_path):
+    folder = _restored(tmp_path)
+    log = folder / "campaign" / "flux-1gpu__evidence__bcg__r01p02" / "engine.log"
+    log.write_text("")
+    _rehash(folder)
+    (finding,) = _new_findings(folder)
+    assert finding["check"] == "log_gate" and finding["file"] == "campaign/flux-1gpu__evidence__bcg__r01p02/engine.log"
+    assert "log.empty_segment" in finding["found"]
+
+
+def test_an_unrecorded_fifo_in_the_folder_is_named(tmp_path):
+    folder = _restored(tmp_path)
+    os.mkfifo(folder / "campaign" / "planted.fifo")
+    (finding,) = _new_findings(folder)
+    assert (finding["file"], finding["check"]) == ("campaign/planted.fifo", "not_recorded")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda r: r["campaign"]["stopping"]["looks"][0].update(change_pct=-25.0), "campaign.stopping.looks[0].change_pct"),
+    (lambda r: r["summary"]["arms"]["bcg"]["stages"]["DenoisingStage"].update(mean=1.0),
+     "summary.arms.bcg.stages.DenoisingStage.mean"),
+    (lambda r: r["summary"]["comparison"]["stages"]["DenoisingStage"].update(change_pct=-50.0),
+     "summary.comparison.stages.DenoisingStage.change_pct"),
+])
+def test_a_look_or_stage_figure_edited_in_the_report_is_recomputed_and_named(tmp_path, edit, field):
+    folder = _restored(tmp_path)
+    report = folder / REPORT.relative_to(FOLDER)
+    body = _load(report)
+    edit(body)
+    report.write_text(json.dumps(body, indent=2) + "\n")
+    _rehash(folder)
+    assert run_script("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
+    findings = [f for f in _new_findings(folder) if f["check"] == "statistics"]
+    assert [f["expected"].split()[0] for f in findings] == [field]
+    assert findings[0]["file"] == REPORT.relative_to(FOLDER).as_posix()

@@ -16,6 +16,8 @@ from ..cell import Cell
 from . import manifest, render
 
 COMPARED_FIGURES = ("baseline_mean", "candidate_mean", "change_pct", "ci_low_pct", "ci_high_pct")
+FIGURE_BLOCKS = ("stages", "steps", "memory")
+LOOK_FIGURES = ("verdict", "change_pct", "ci_low_pct", "ci_high_pct", "cv_pct", "round_change_sd_pct")
 STATE_FILES = {manifest.NAME}
 LEDGER_NAME, LEDGER_SCHEMA = "cleanup.jsonl", "cleanup-ledger.v1"
 
@@ -53,7 +55,7 @@ class Verifier:
             if found != rec["sha256"]:
                 self.add(rec["path"], "hash", rec["sha256"], found)
         recorded = manifest.recorded_paths(doc) | STATE_FILES
-        for path in sorted(p for p in self.root.rglob("*") if p.is_file() or p.is_symlink()):
+        for path in sorted(p for p in self.root.rglob("*") if p.is_symlink() or not p.is_dir()):  # FIFOs too
             rel = self.rel(path)
             if rel not in recorded:
                 self.add(rel, "not_recorded", "only files the manifest records", "a file it does not record")
@@ -149,16 +151,66 @@ class Verifier:
                 if not _same(figures.get(key), stored["metrics"][metric].get(key)):
                     self.add(report_rel, "statistics", f"{metric} {key} {figures.get(key)} (from the stored cells)",
                              stored["metrics"][metric].get(key))
-        if stored["verdict"] not in stats.VERDICTS:
-            return  # overruled by the output check (outputs_differ): no timing verdict to recompute
-        verdict = summary["comparison"]["verdict"]
+        self._figures(report_rel, summary, camp["summary"])
+        rule = None
         if stopping["rule"] == "until_verdict":
             rule = sequential.StoppingRule(c["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
                                            stopping["overall_confidence"], metric=c["primary_metric"])
+            self._looks(report_rel, rule, c, cells)
+        if stored["verdict"] not in stats.VERDICTS:
+            return  # overruled by the output check (outputs_differ): no timing verdict to recompute
+        verdict = summary["comparison"]["verdict"]
+        if rule is not None:
             verdict = sequential.look(rule, cells, c["baseline_arm"], c["candidate_arm"],
                                       stopping["rounds_run"])["verdict"]
         if verdict != stored["verdict"]:
             self.add(report_rel, "verdict", f"{verdict} (recomputed from the stored cells)", stored["verdict"])
+
+    def _figures(self, report_rel: str, summary: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+        """Per-arm distributions (stages included) and the comparison's stage, step and memory figures."""
+        pairs = [(f"summary.arms.{arm}", figures, stored["arms"].get(arm)) for arm, figures in summary["arms"].items()]
+        pairs += [(f"summary.comparison.{block}", summary["comparison"][block], stored["comparison"].get(block))
+                  for block in FIGURE_BLOCKS]
+        for where, recomputed, recorded in pairs:
+            for field, want, got in _differences(where, recorded, recomputed):
+                self.add(report_rel, "statistics", f"{field} {want}", f"{got} (from the stored cells)")
+
+    def _looks(self, report_rel: str, rule: sequential.StoppingRule, c: Mapping[str, Any],
+               cells: list[Cell]) -> None:
+        """Each look of the sequential rule, recomputed over the cells up to the end of its round."""
+        ordered = sorted(cells, key=lambda cell: cell.index)
+        for number, stored in enumerate(c["stopping"]["looks"]):
+            last = max((cell.index for cell in ordered if cell.round == stored["round"]), default=None)
+            upto = [cell for cell in ordered if last is not None and cell.index <= last]
+            again = sequential.look(rule, upto, c["baseline_arm"], c["candidate_arm"], stored["round"])
+            for key in LOOK_FIGURES:
+                if not _same(again[key], stored.get(key)):
+                    self.add(report_rel, "statistics", f"campaign.stopping.looks[{number}].{key} {stored.get(key)}",
+                             f"{again[key]} (from the stored cells)")
+
+    # -- the record against its documents ----------------------------------------------------------------------------
+
+    def steps(self, doc: Mapping[str, Any]) -> None:
+        """A complete folder holds every step a run of its request must finish, and each step's recorded result
+        says what the step's own document says (the record is edited as easily as any file it hashes)."""
+        if doc["state"] == "complete":
+            for step in doc["steps"]:
+                allowed = _allowed_statuses(doc, step["name"])
+                if step["status"] not in allowed:
+                    self.add(manifest.NAME, "step_status", f"steps.{step['name']}.status {step['status']}",
+                             f"{' or '.join(allowed)} (what a complete run of this request leaves)")
+        camp = render.campaign_report(self.root, doc)
+        if camp is None:
+            return
+        recorded = {"campaign": (manifest.step(doc, "campaign")["result"] or {}).get("verdict"),
+                    "output_identity": (manifest.step(doc, "output_identity")["result"] or {}).get("passed")}
+        on_disk = {"campaign": (camp["summary"]["comparison"] or {}).get("verdict"),
+                   "output_identity": (camp["summary"]["output_quality"] or {}).get("passed")}
+        fields = {"campaign": "verdict", "output_identity": "passed"}
+        for name, field in fields.items():
+            if manifest.step(doc, name)["status"] in ("done", "failed") and recorded[name] != on_disk[name]:
+                self.add(manifest.NAME, "step_result", f"steps.{name}.result.{field} {recorded[name]}",
+                         f"{on_disk[name]} in {manifest.step(doc, 'campaign')['document']}")
 
     # -- the Markdown ----------------------------------------------------------------------------------------------
 
@@ -175,6 +227,31 @@ class Verifier:
                 return
         if len(expected) != len(found):
             self.add(render.MARKDOWN_NAME, "markdown", f"{len(expected)} lines", f"{len(found)} lines")
+
+
+def _allowed_statuses(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """What a finished run of the folder's request leaves in a step: done, or skipped where the step says it cannot
+    apply (no BCG arm, or no GPU for the replay; no isolated cache to clean)."""
+    req = doc["request"]
+    if name == "bcg_replay":
+        bcg = req["experiment"] == "bcg" or any("breakable-cuda-graph" in a for a in
+                                                (*req["baseline_args"], *req["candidate_args"]))
+        return ("done",) if bcg and doc["machine"].get("gpus") else ("skipped",)
+    if name == "cleanup":
+        return ("done",) if req["model_cache_root"] else ("skipped",)
+    return ("done",)
+
+
+def _differences(where: str, recorded: Any, recomputed: Any):
+    """(field, recorded, recomputed) for each leaf where the two disagree."""
+    if isinstance(recorded, Mapping) and isinstance(recomputed, Mapping):
+        for key in dict.fromkeys([*recorded, *recomputed]):
+            yield from _differences(f"{where}.{key}", recorded.get(key), recomputed.get(key))
+    elif isinstance(recorded, list) and isinstance(recomputed, list) and len(recorded) == len(recomputed):
+        for i, (a, b) in enumerate(zip(recorded, recomputed, strict=True)):
+            yield from _differences(f"{where}[{i}]", a, b)
+    elif not _same(recorded, recomputed):
+        yield where, recorded, recomputed
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -195,6 +272,7 @@ def verify(root: Path) -> dict[str, Any]:
     verifier.files(doc)
     verifier.documents(doc)
     verifier.campaign(doc)
+    verifier.steps(doc)
     verifier.markdown(doc)
     if doc["state"] != "complete":
         verifier.add(manifest.NAME, "manifest", "state complete", f"state {doc['state']}")
