@@ -267,6 +267,18 @@ def test_late_quality_fusion_counts_only_after_capture_at_its_quality(folder, ma
     assert not eager.bcg.late_fusion_lines                             # harmless without graphs
 
 
+@pytest.mark.parametrize("markers", [V0523, MAIN])
+def test_a_fusion_mounted_after_capture_at_lossless_invalidates_on_every_release_with_quality(tmp_path, markers):
+    """Upstream's levels since the rename: lossless (and its alias extra-high) mounts fusions, exact does not."""
+    text = (LOGS / "bcg_late_fusion_ltx2_high" / "log.txt").read_text(encoding="utf-8")
+    log = tmp_path / "log.txt"
+    log.write_text(text.replace("for quality=high", "for quality=lossless"), encoding="utf-8")
+    assert markers.late_fusion_qualities == ("lossless", "extra-high", "high")
+    verdict = scan(log, markers, bcg_expected=True, quality="lossless")
+    assert codes(verdict) == {"bcg.late_fusion_mount"} and not verdict.valid
+    assert scan(log, markers, bcg_expected=True, quality="exact").valid
+
+
 def test_generation_failed_with_exit_code_zero_is_invalid():
     verdict = scan(LOGS / "generation_failed_rc0" / "log.txt", V0510, require_native=True)
     assert codes(verdict) == {"engine.stage_error", "engine.request_error", "engine.exception",

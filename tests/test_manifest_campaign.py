@@ -133,6 +133,7 @@ def test_the_report_has_the_shapes_faster_slower_table(manifest_run):
     ('{"prompt": "a cat", "width": 60, "height": 64}', "not a multiple of 8"),
     ('{"prompt": "a cat", "sampling_params": {"true_cfg_scale": 4}}', "true_cfg_scale: a campaign request sets only"),
 ])
+@pytest.mark.torch  # the manifest is read by the engine's own parser
 def test_a_manifest_line_the_engine_would_reject_is_refused_naming_it(tmp_path, line, says):
     manifest = tmp_path / "requests.jsonl"
     manifest.write_text("\n".join(SAMPLE.read_text().splitlines()[:2] + [line]) + "\n")
@@ -145,6 +146,7 @@ def test_a_manifest_line_the_engine_would_reject_is_refused_naming_it(tmp_path, 
     assert not (tmp_path / "out").exists() and "[engine" not in run.stderr and "probe" not in run.stderr.lower()
 
 
+@pytest.mark.torch  # the manifest is read by the engine's own parser
 def test_the_plan_sends_each_request_in_every_slot_with_its_own_run_id(tmp_path):
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "ab", "--rounds", "1",
                      "--arm-b-args=--log-level info", "--requests-file", str(SAMPLE), "--engine-capabilities",

@@ -74,11 +74,28 @@ def test_bcg_bytes_differing_from_eager_can_never_read_improved():
     assert "reductions are" not in markdown
 
 
-def test_unstable_eager_bytes_are_invalid_too():
+def test_unstable_eager_bytes_invalidate_every_cell_of_that_level():
     doc = example()
     doc["cells"][3]["outputs"][0]["sha256"] = "e" * 64  # round 1 A2: eager against itself
     summary = judged_summary(doc)
-    assert doc["cells"][3]["status"] == "invalid" and summary["comparison"]["verdict"] == "outputs_differ"
+    assert summary["comparison"]["verdict"] == "outputs_differ"
+    assert {c["status"] for c in doc["cells"]} == {"invalid"}  # bcg cells too: nothing stable to compare with
+    assert all(c["perf"] is None for c in doc["cells"])
+    reason = doc["cells"][5]["reasons"][0]
+    assert reason.startswith(quality.IDENTITY_REASON) and "arm eager is unstable" in reason and "cell(s) 3" in reason
+    assert validity.exit_reason(cells_of(doc)) == "outputs_differ"
+
+
+def test_one_level_unstable_leaves_the_other_level_counted():
+    doc = example()
+    arms = doc["campaign"]["arms"]
+    assert set(arms) == {"eager", "bcg"}
+    arms["bcg"]["quality"] = "exact"  # two identity levels on 0.5.23: eager lossless, bcg exact
+    eager = [c for c in doc["cells"] if c["arm"] == "eager"]
+    eager[1]["outputs"][0]["sha256"] = "e" * 64
+    judged_summary(doc, V23_LEVELS)
+    assert {c["status"] for c in doc["cells"] if c["arm"] == "eager"} == {"invalid"}
+    assert {c["status"] for c in doc["cells"] if c["arm"] == "bcg"} == {"valid"}
 
 
 def test_the_ledger_accepts_the_outputs_differ_exit_reason():

@@ -33,7 +33,6 @@ class Release:
     id: str
     version: str | None  # None: upstream main, newer than every numbered release
     bcg_supported: bool
-    late_fusion_qualities: tuple[str, ...] | None = None  # this release's own (quality semantics differ by release)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +95,7 @@ class MarkerCatalog:
             raise contract.InputError("log_markers.unknown_release", f"no marker set for release {release_id!r}",
                                       "known releases: " + ", ".join(r.id for r in self.releases))
         return MarkerSet(release, tuple(m for m in self.markers if release.id in m.releases),
-                         release.late_fusion_qualities or self.late_fusion_qualities, selection_warnings)
+                         self.late_fusion_qualities, selection_warnings)
 
     def for_version(self, version: str | None) -> MarkerSet:
         """The set for an installed engine version: its own, else the next newer release's, else the newest."""
@@ -145,8 +144,7 @@ def _bad(source: str, field: str, message: str) -> contract.InputError:
 def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatalog:
     """Build the catalog from a document already valid against the schema (datafile.load checks that), checking the
     rules a schema cannot say."""
-    releases = tuple(Release(r["id"], r["version"], r["bcg_supported"], tuple(r["late_fusion_qualities"])
-                             if "late_fusion_qualities" in r else None) for r in document["releases"])
+    releases = tuple(Release(r["id"], r["version"], r["bcg_supported"]) for r in document["releases"])
     release_ids = [r.id for r in releases]
     if len(set(release_ids)) != len(release_ids):
         raise _bad(source, "releases", "release ids must be unique")

@@ -234,12 +234,32 @@ def identity_reason(check: Mapping[str, Any], mismatch: Mapping[str, Any]) -> st
             f"is broken, so this cell's time is not evidence of a speedup")
 
 
+def unstable_comparator_reason(check: Mapping[str, Any]) -> str | None:
+    """When the comparator's own arm writes different bytes across its cells (eager against itself, upstream's
+    "eager <q> output hashes are unstable"), no cell of that level has a reference to be compared with."""
+    comp = check["comparator"]
+    own = [m for m in check["mismatches"] if comp is not None and m["arm"] == comp["arm"]]
+    if not own:
+        return None
+    level = f" at quality {check['level']}" if check.get("level") else ""
+    cells = ", ".join(str(m["cell"]) for m in own)
+    return (f"{IDENTITY_REASON}: arm {comp['arm']} is unstable{level}: cell(s) {cells} wrote other bytes than its "
+            f"cell {comp['cell']} (sha256 {', '.join(comp['sha256s'])}), so no cell of this level has a stable "
+            "reference and none counts")
+
+
 def invalidations(output_quality_doc: Mapping[str, Any] | None) -> dict[int, str]:
-    """Cell index -> the reason it cannot count: bytes differing from the comparator at an identity level, or a
-    lossy output (any frame) below the thresholds."""
+    """Cell index -> the reason it cannot count: bytes differing from the comparator at an identity level (every
+    cell of the level when the comparator's own arm is unstable), or a lossy output (any frame) below the
+    thresholds."""
     found: dict[int, str] = {}
     for check in (output_quality_doc or {}).get("checks", []):
         if check["kind"] == "byte_identity":
+            unstable = unstable_comparator_reason(check)
+            if unstable is not None:
+                for group in check["groups"]:
+                    for index in group["cells"]:
+                        found.setdefault(index, unstable)
             for mismatch in check["mismatches"]:
                 found.setdefault(mismatch["cell"], identity_reason(check, mismatch))
         else:
