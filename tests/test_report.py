@@ -41,7 +41,8 @@ def test_renders_the_seed_pr_evidence(tmp_path):
     means = re.search(r"\| Mean \(valid cells\) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", md)
     published = (4.315577, 4.177754, 4.119540, 3.911356)
     assert all(abs(float(v) - p) <= 1e-6 + 1e-12 for v, p in zip(means.groups(), published, strict=True))
-    for needle in ("(-3.194%)", "(-5.054%)", "Per-round E2E reductions are 4.771% and 1.620%",
+    for needle in ("change -3.194% (95% interval [-4.944%, -1.437%])",
+                   "change -5.054% (95% interval [-5.339%, -4.766%])", "Per-round E2E reductions are 4.771% and 1.620%",
                    "Round 2 B1 (bcg, cell 5)", "371.106 ms in TextEncodingStage", "remains in the aggregate",
                    "No samples were discarded.", "from 19.473 GiB to 20.707 GiB",
                    "All 8 eager/bcg outputs are byte-identical: SHA-256 "

@@ -196,9 +196,22 @@ def _outliers_by_file(arms: Mapping[str, Any], files: Sequence[Mapping[str, Any]
     return lines + ([""] if lines else [])
 
 
+def change_with_interval(comparison: Mapping[str, Any], metric: str) -> str:
+    """The one change of ``metric`` with its one interval at the comparison's confidence, as every surface prints
+    it: "+4.200% (95% interval [+1.000%, +7.000%])", or the change and why it has no interval."""
+    m = comparison["metrics"][metric]
+    if m["change_pct"] is None:
+        return "n/a"
+    if m["ci_low_pct"] is None:
+        return f"{m['change_pct']:+.3f}% ({m.get('interval_reason') or 'no interval'})"
+    return (f"{m['change_pct']:+.3f}% ({comparison['bootstrap']['confidence'] * 100:.4g}% interval "
+            f"[{m['ci_low_pct']:+.3f}%, {m['ci_high_pct']:+.3f}%])")
+
+
 def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) -> list[str]:
     """The verdict block shared by compare and the bench report."""
-    lines = ["| Metric | Baseline mean (s) | Candidate mean (s) | Change | 95% CI | Verdict |",
+    conf = f"{comparison['bootstrap']['confidence'] * 100:.4g}%"
+    lines = [f"| Metric | Baseline mean (s) | Candidate mean (s) | Change | {conf} interval | Verdict |",
              "|---|---:|---:|---:|---|---|"]
     for key, label in (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")):
         m = comparison["metrics"][key]
@@ -229,8 +242,7 @@ def render_noise_floor(metric: Mapping[str, Any]) -> list[str]:
         return [f"Noise floor ({metric['metric']}): not measurable yet (needs 2 valid cells per arm)."]
     conf, power = floor["confidence"] * 100, floor["power"] * 100
     return [f"Noise floor ({metric['metric']}): CV {floor['baseline_cv_pct']:.3f}% / {floor['candidate_cv_pct']:.3f}% "
-            f"(n={floor['n_baseline']}/{floor['n_candidate']}); {conf:g}% interval of the change "
-            f"[{floor['change_ci_low_pct']:+.3f}%, {floor['change_ci_high_pct']:+.3f}%]; smallest effect detectable "
+            f"(n={floor['n_baseline']}/{floor['n_candidate']}); smallest effect detectable "
             f"at {conf:g}% confidence and {power:g}% power: {floor['min_detectable_effect_pct']:.3f}%; a "
             f"{floor['target_pct']:g}% verdict needs " + _samples_phrase(floor)]
 

@@ -275,7 +275,7 @@ def invalidations(output_quality_doc: Mapping[str, Any] | None) -> dict[int, str
 
 def outputs_differ(output_quality_doc: Mapping[str, Any] | None) -> bool:
     """True when an identity level's outputs are not the same bytes: no timing of that campaign is a speedup."""
-    return any(c["kind"] == "byte_identity" and (c["mismatches"] or not c["passed"])
+    return any(c["kind"] == "byte_identity" and (c.get("mismatches") or not c["passed"])
                for c in (output_quality_doc or {}).get("checks", []))
 
 

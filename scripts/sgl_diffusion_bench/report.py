@@ -204,12 +204,10 @@ def _changes(comparison) -> list[str]:
         return []
     if comparison["verdict"] == "outputs_differ":  # no mean or per-round change may be read as a speedup
         return [f"**Outputs differ: no performance verdict.** {comparison['metrics'][comparison['primary_metric']]['reason']}."]
-    lines, means = [], []
-    for key, label in (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")):
-        m = comparison["metrics"][key]
-        if m["change_pct"] is not None:
-            means.append(f"{label} {_s(m['baseline_mean'])} -> {_s(m['candidate_mean'])} s "
-                         f"({m['change_pct']:+.3f}%)")
+    lines, metrics = [], comparison["metrics"]
+    means = [f"{label} {_s(metrics[key]['baseline_mean'])} -> {_s(metrics[key]['candidate_mean'])} s, change "
+             f"{perf_compare.change_with_interval(comparison, key)}" for key, label in
+             (("e2e_ms", "E2E"), ("denoise_ms", "Denoise")) if metrics[key]["change_pct"] is not None]
     if means:
         lines.append(f"Means ({comparison['baseline_arm']} -> {comparison['candidate_arm']}): " + "; ".join(means) + ".")
     for key, label in (("e2e_change_pct", "E2E"), ("denoise_change_pct", "denoise")):
@@ -437,7 +435,9 @@ def render_campaign_text(doc: Mapping[str, Any]) -> str:
                      + (f" — {cell.reasons[0]}" if cell.reasons else ""))
     comparison = doc["summary"]["comparison"]
     if comparison:
-        lines.append(f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})")
+        primary = comparison["primary_metric"]
+        lines += [f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})",
+                  f"{primary} change {perf_compare.change_with_interval(comparison, primary)}"]
         lines += perf_compare.render_noise_floor(comparison["metrics"][comparison["primary_metric"]])
         if comparison.get("next_step"):
             lines.append(f"next step: {comparison['next_step']}")

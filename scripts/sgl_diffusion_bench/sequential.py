@@ -1,18 +1,21 @@
 """Sample until the answer is known: the stopping rule of ``--until-verdict``. Pure: cells in, a decision out.
 
-After each complete A/B/B/A round (from ``min_rounds`` on) the campaign looks at the primary metric's change, one
-value per round (candidate round mean over baseline round mean; pairing by round cancels slow drift). It stops when
-the Student-t interval of the mean round change excludes both -threshold and +threshold: entirely beyond one of them
-with every round agreeing ("improved"/"regressed"), or entirely between them ("no_significant_change": no change worth
-claiming); otherwise it runs another round, until the budget of rounds is spent ("insufficient_data": the data cannot
-tell). A look whose arms vary by more than stats.MAX_CV_PCT supports no verdict at all, as in the fixed-round rule.
+After each complete A/B/B/A round (from ``min_rounds`` on) the campaign looks at the primary metric's change: the
+relative change of the steady-state means, the one change every surface reports (stats.metric_change), with a
+Student-t interval whose spread is taken between rounds (clustered_change: each round's influence on the ratio of
+means; pairing by round cancels slow drift). It stops when that interval excludes both -threshold and +threshold:
+entirely beyond one of them with every round agreeing ("improved"/"regressed"), or entirely between them
+("no_significant_change": no change worth claiming); otherwise it runs another round, until the budget of rounds is
+spent ("insufficient_data": the data cannot tell). A look whose arms vary by more than stats.MAX_CV_PCT supports no
+verdict at all, as in the fixed-round rule.
 
 Why not the bootstrap of ``stats``: with two cells per arm per round the percentile bootstrap's interval is too
 narrow (it cannot see the spread it never sampled), and looking after every round multiplies its chances of a false
-verdict. The t interval on round changes has its stated coverage at any CV, and each look uses a Bonferroni share
+verdict. The between-round t interval has its stated coverage at any CV, and each look uses a Bonferroni share
 of the error: confidence 1 - (1 - overall) / looks, where ``looks`` is the most the budget allows. By the union
 bound the chance of any false "improved"/"regressed" on an A/A campaign stays under 1 - overall (1 %) at any CV;
-benchmarks/simulate_verdicts.py --sequential measures it. With --until-verdict the report's verdict is this rule's.
+benchmarks/simulate_verdicts.py --sequential measures it. With --until-verdict the report's verdict is this rule's,
+and the primary metric's interval is the last look's.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ class StoppingRule:
 
     def describe(self) -> str:
         return (f"sequential: after each round from round {self.min_rounds}, the {self.look_confidence * 100:.4g}% "
-                f"Student-t interval of the mean per-round {self.metric} change (Bonferroni over {self.looks} looks, "
+                f"Student-t interval (spread between rounds) of the {self.metric} change of means (Bonferroni over "
+                f"{self.looks} looks, "
                 f"overall {self.overall_confidence * 100:g}%); stop with 'improved'/'regressed' when it lies entirely "
                 f"below -{self.threshold_pct:g}% / above +{self.threshold_pct:g}% and every round agrees, with "
                 f"'no_significant_change' only when it lies inside +/-{self.threshold_pct:g}%; 'insufficient_data' "
@@ -74,9 +78,41 @@ def round_changes(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
     return out
 
 
+def clustered_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str,
+                     confidence: float) -> dict[str, Any] | None:
+    """The reported change (the relative change of the steady-state means, as stats.metric_change gives it) with a
+    Student-t interval whose spread is taken between rounds: each round's influence on the ratio of means, summed
+    over its cells of both arms (a drift both arms share in a round cancels), gives a cluster-robust standard error
+    with rounds - 1 degrees of freedom. None with fewer than 2 rounds holding both arms."""
+    used = [c for c in stats.used_cells(cells) if c.metric(metric) is not None]
+    base = [c for c in used if c.arm == baseline]
+    cand = [c for c in used if c.arm == candidate]
+    rounds = sorted({c.round for c in base if c.round is not None} & {c.round for c in cand if c.round is not None})
+    if len(rounds) < 2:
+        return None
+    b_mean = stats.safe_mean([c.metric(metric) for c in base])
+    c_mean = stats.safe_mean([c.metric(metric) for c in cand])
+    if not b_mean:
+        return None
+    ratio = c_mean / b_mean
+    influence = dict.fromkeys(rounds, 0.0)
+    for c in cand:
+        if c.round in influence:
+            influence[c.round] += (c.metric(metric) - c_mean) / (len(cand) * b_mean)
+    for c in base:
+        if c.round in influence:
+            influence[c.round] -= ratio * (c.metric(metric) - b_mean) / (len(base) * b_mean)
+    n = len(rounds)
+    se = math.sqrt(n / (n - 1) * math.fsum(v * v for v in influence.values()))
+    half = t_quantile(1 - (1 - confidence) / 2, n - 1) * se
+    return {"change_pct": stats.finite((ratio - 1) * 100, "the change"), "ci_low_pct": (ratio - half - 1) * 100,
+            "ci_high_pct": (ratio + half - 1) * 100, "rounds": n, "round_change_sd_pct": se * math.sqrt(n) * 100}
+
+
 def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: str,
          rounds_done: int) -> dict[str, Any]:
-    """One look after ``rounds_done`` rounds: the interval of the mean round change, the verdict, whether to stop.
+    """One look after ``rounds_done`` rounds: the change with its interval (clustered_change), the verdict, whether
+    to stop.
 
     A verdict needs the data to support it: 'improved'/'regressed' when the interval lies beyond one threshold and
     every round agrees, 'no_significant_change' only when it lies inside the band; anything else, and any look whose
@@ -84,13 +120,12 @@ def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: st
     changes = round_changes(cells, baseline, candidate, rule.metric)
     cv = stats.worst_cv_pct(cells, (baseline, candidate), rule.metric)
     t = rule.threshold_pct
+    estimate = clustered_change(cells, baseline, candidate, rule.metric, rule.look_confidence)
     low = high = mean = spread = None
     verdict, stop, reason = "insufficient_data", None, f"{len(changes)} round(s) with both arms; need {rule.min_rounds}"
-    if len(changes) >= max(rule.min_rounds, 2):
-        mean = statistics.fmean(changes)
-        spread = statistics.stdev(changes)
-        half = t_quantile(1 - (1 - rule.look_confidence) / 2, len(changes) - 1) * spread / math.sqrt(len(changes))
-        low, high = mean - half, mean + half
+    if estimate is not None and len(changes) >= max(rule.min_rounds, 2):
+        mean, low, high = estimate["change_pct"], estimate["ci_low_pct"], estimate["ci_high_pct"]
+        spread = estimate["round_change_sd_pct"]
         interval = f"{rule.look_confidence * 100:.4g}% interval [{low:+.3f}%, {high:+.3f}%]"
         if cv is not None and cv > stats.MAX_CV_PCT:
             reason = f"unstable: {rule.metric} varies by CV {cv:.1f}% (limit {stats.MAX_CV_PCT:g}%); {interval}"
@@ -132,8 +167,8 @@ def next_step(rule: StoppingRule, final: Mapping[str, Any]) -> str | None:
     needed = None if cv is not None and cv > stats.MAX_CV_PCT else rounds_needed(rule, spread)
     if needed is None:
         return stats.too_noisy_advice(cv, rule.threshold_pct)
-    return (f"re-run with --until-verdict --budget-rounds {needed}: at today's spread of round changes "
-            f"(sd {spread:.2f}%) that many rounds resolve a {rule.threshold_pct:g}% change with "
+    return (f"re-run with --until-verdict --budget-rounds {needed}: at today's spread between rounds "
+            f"(sd {spread:.2f}% per round) that many rounds resolve a {rule.threshold_pct:g}% change with "
             f"{stats.POWER * 100:g}% power")
 
 
@@ -148,8 +183,8 @@ def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: i
 
 def apply_to_comparison(comparison: dict[str, Any] | None, rule: StoppingRule,
                         looks: Sequence[Mapping[str, Any]]) -> None:
-    """With --until-verdict the verdict, its reason and the next step are the stopping rule's (the bootstrap's stay
-    in ``metrics``)."""
+    """With --until-verdict the verdict, its reason, the next step and the primary metric's interval are the last
+    look's: one change, one interval, the one the verdict was taken on (the other metrics keep the bootstrap's)."""
     if comparison is None or not looks or comparison.get("verdict") not in stats.VERDICTS:
         return  # no look yet, or validity already overruled the numbers (outputs differ)
     last = looks[-1]
@@ -157,6 +192,13 @@ def apply_to_comparison(comparison: dict[str, Any] | None, rule: StoppingRule,
     comparison["rule"] = rule.describe()
     comparison["reason"] = last["reason"]
     comparison["next_step"] = next_step(rule, last)
+    primary = comparison["metrics"][rule.metric]
+    primary.update(verdict=last["verdict"], reason=last["reason"], next_step=comparison["next_step"])
+    if last["ci_low_pct"] is not None:
+        primary.update(ci_low_pct=last["ci_low_pct"], ci_high_pct=last["ci_high_pct"], interval_reason=None)
+    else:
+        primary.update(ci_low_pct=None, ci_high_pct=None,
+                       interval_reason=f"no interval of the sequential rule yet: {last['reason']}")
 
 
 # -- Student t quantile (no scipy: numpy is the only numeric dependency) ------------------------------------------

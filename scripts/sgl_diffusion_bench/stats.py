@@ -208,25 +208,19 @@ def _z(p: float) -> float:
     return statistics.NormalDist().inv_cdf(p)
 
 
-def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Sequence[Sequence[float]],
-                cand_strata: Sequence[Sequence[float]], *, threshold_pct: float, confidence: float,
-                resamples: int, seed: int, cells_per_round: int) -> dict[str, Any]:
+def noise_floor(base: Sequence[float], cand: Sequence[float], *, threshold_pct: float, confidence: float,
+                cells_per_round: int) -> dict[str, Any]:
     """What this many samples can resolve, given whatever was measured, even when no verdict is possible: each
-    arm's CV, the bootstrap interval of the change (for an A/A campaign: the change that is pure noise), the
-    smallest effect detectable at ``confidence`` with POWER (two-sample normal approximation on the CVs), and how
-    many samples per arm (and A/B/B/A rounds) a ``threshold_pct`` verdict needs."""
+    arm's CV, the smallest effect detectable at ``confidence`` with POWER (two-sample normal approximation on the
+    CVs), and how many samples per arm (and A/B/B/A rounds) a ``threshold_pct`` verdict needs. The interval of the
+    change is the metric's own (ci_low_pct/ci_high_pct), never repeated here."""
     cv_b, cv_c = describe(base)["cv_pct"], describe(cand)["cv_pct"]
     result: dict[str, Any] = {"baseline_cv_pct": cv_b, "candidate_cv_pct": cv_c, "n_baseline": len(base),
-                              "n_candidate": len(cand), "change_ci_low_pct": None, "change_ci_high_pct": None,
-                              "min_detectable_effect_pct": None, "confidence": confidence, "power": POWER,
-                              "target_pct": threshold_pct, "samples_per_arm_needed": None,
+                              "n_candidate": len(cand), "min_detectable_effect_pct": None, "confidence": confidence,
+                              "power": POWER, "target_pct": threshold_pct, "samples_per_arm_needed": None,
                               "more_samples_per_arm": None, "rounds_needed": None}
     if cv_b is None or cv_c is None:
         return result
-    usable = [(b, c) for b, c in zip(base_strata, cand_strata, strict=True) if b and c]
-    strata_b = [b for b, _ in usable] or [list(base)]
-    strata_c = [c for _, c in usable] or [list(cand)]
-    low, high = _bootstrap_interval(strata_b, strata_c, resamples=resamples, seed=seed, confidence=confidence)
     z = _z(1 - (1 - confidence) / 2) + _z(POWER)
     try:
         mde = finite(z * ((cv_b ** 2 / len(base) + cv_c ** 2 / len(cand)) ** 0.5), "the smallest detectable effect")
@@ -234,8 +228,7 @@ def noise_floor(base: Sequence[float], cand: Sequence[float], base_strata: Seque
         raise out_of_range("the smallest detectable effect") from None
     needed = _samples_needed(z, cv_b, cv_c, threshold_pct)
     have = min(len(base), len(cand))
-    result.update(change_ci_low_pct=low, change_ci_high_pct=high, min_detectable_effect_pct=mde,
-                  samples_per_arm_needed=needed,
+    result.update(min_detectable_effect_pct=mde, samples_per_arm_needed=needed,
                   more_samples_per_arm=None if needed is None else max(0, needed - have),
                   rounds_needed=None if needed is None else max(DEFAULT_MIN_ROUNDS,
                                                                 math.ceil(needed / cells_per_round)))
@@ -258,13 +251,14 @@ def _samples_needed(z: float, cv_b: float, cv_c: float, threshold_pct: float) ->
 
 
 def too_noisy_advice(cv_pct: float | None, threshold_pct: float) -> str:
-    """What to do when no reachable number of samples supports a verdict at this spread: quiet the host first."""
+    """What to do when the spread fails the CV gate or no reachable sample count supports a verdict: make the host
+    quieter. More samples do not cure a spread this wide, and a larger threshold does not loosen the CV gate."""
     spread = f"CV {cv_pct:.1f}%" if cv_pct is not None else "today's spread"
-    return (f"this host is too noisy for a {threshold_pct:g}% threshold ({spread}: a verdict needs a CV of at most "
-            f"{MAX_CV_PCT:g}% and enough samples within the {MAX_ROUNDS} rounds a campaign may run): quiet it first "
-            f"(stop other jobs and benchmarks, idle the GPU, leave the machine otherwise unused), then re-measure "
-            f"the noise floor with --campaign aa --rounds 2 and compare again once its CV is under "
-            f"{MAX_CV_PCT:g}%; or judge against a larger --threshold-pct")
+    return (f"this host is too noisy for a {threshold_pct:g}% threshold ({spread}; a verdict needs a CV of at most "
+            f"{MAX_CV_PCT:g}% and enough samples within the {MAX_ROUNDS} rounds a campaign may run): quiet the host "
+            f"or pin the engine to its own cores (stop other jobs and benchmarks, idle the GPU), then re-measure the "
+            f"noise floor with an A/A campaign of the same preset and compare again once its CV is under "
+            f"{MAX_CV_PCT:g}%")
 
 
 def next_step(metric: Mapping[str, Any]) -> str | None:
@@ -292,18 +286,40 @@ def worst_cv_pct(cells: Sequence[Cell], arms: Sequence[str], metric: str) -> flo
     return max(known) if known else None
 
 
+def change_interval(base: Sequence[Cell], cand: Sequence[Cell], metric: str, *, resamples: int, seed: int,
+                    confidence: float) -> tuple[float | None, float | None, str | None]:
+    """The one interval of a reported change: the percentile bootstrap of the relative change of the steady-state
+    means, resampled within each round that has both arms (pooled when none has). (low, high, None), or (None, None,
+    why there is none)."""
+    if len(base) < 2 or len(cand) < 2:
+        return None, None, (f"no interval: {len(base)} baseline and {len(cand)} candidate cells with {metric}; an "
+                            "interval needs 2 each")
+    rounds = sorted({c.round for c in base if c.round is not None} & {c.round for c in cand if c.round is not None})
+    if rounds:
+        base_strata = [[_metric(c, metric) for c in base if c.round == r] for r in rounds]
+        cand_strata = [[_metric(c, metric) for c in cand if c.round == r] for r in rounds]
+        if sum(map(len, base_strata)) < 2 or sum(map(len, cand_strata)) < 2:
+            base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
+    else:
+        base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
+    low, high = _bootstrap_interval(base_strata, cand_strata, resamples=resamples, seed=seed, confidence=confidence)
+    return low, high, None
+
+
 def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str, *,
                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, resamples: int = DEFAULT_RESAMPLES,
                   seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE,
                   min_rounds: int = DEFAULT_MIN_ROUNDS, exclude: Iterable[int] = ()) -> dict[str, Any]:
-    """The change of one metric from baseline to candidate, its interval, per-round changes and the verdict."""
+    """The change of one metric from baseline to candidate (relative change of the steady-state means), its one
+    interval (change_interval: given whenever each arm has 2 cells, whatever the verdict), per-round changes (a
+    secondary figure: did every round move the same way) and the verdict."""
     excluded = set(exclude)
     pick = [c for c in used_cells(cells) if c.index not in excluded and _metric(c, metric) is not None]
     base = [c for c in pick if c.arm == baseline]
     cand = [c for c in pick if c.arm == candidate]
     result: dict[str, Any] = {"metric": metric, "baseline_mean": None, "candidate_mean": None, "change_pct": None,
-                              "ci_low_pct": None, "ci_high_pct": None, "round_changes_pct": [],
-                              "rounds_same_direction": None}
+                              "ci_low_pct": None, "ci_high_pct": None, "interval_reason": None,
+                              "round_changes_pct": [], "rounds_same_direction": None}
     if base:
         result["baseline_mean"] = safe_mean([_metric(c, metric) for c in base])
     if cand:
@@ -319,18 +335,20 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
             _mean([_metric(c, metric) for c in cand if c.round == r])))
 
     per_round = max((sum(1 for c in base if c.round == r) for r in rounds), default=0)
-    result["noise_floor"] = noise_floor(
-        [_metric(c, metric) for c in base], [_metric(c, metric) for c in cand],
-        [[_metric(c, metric) for c in base if c.round == r] for r in complete],
-        [[_metric(c, metric) for c in cand if c.round == r] for r in complete],
-        threshold_pct=threshold_pct, confidence=confidence, resamples=resamples, seed=seed,
-        cells_per_round=per_round or 2)
+    result["noise_floor"] = noise_floor([_metric(c, metric) for c in base], [_metric(c, metric) for c in cand],
+                                        threshold_pct=threshold_pct, confidence=confidence,
+                                        cells_per_round=per_round or 2)
+    low, high, why = change_interval(base, cand, metric, resamples=resamples, seed=seed, confidence=confidence)
+    result.update(ci_low_pct=low, ci_high_pct=high, interval_reason=why)
+    if result["change_pct"] is None and why is None:
+        result["interval_reason"] = "no change: an arm's mean is missing or 0"
+    interval = "" if low is None else f"{confidence * 100:g}% CI [{low:+.3f}%, {high:+.3f}%]"
     if len(base) < 2 or len(cand) < 2:
         return {**result, "verdict": "insufficient_data",
                 "reason": f"{len(base)} baseline and {len(cand)} candidate cells with {metric}; need 2 each"}
     if has_rounds and len(complete) < min_rounds:
         return {**result, "verdict": "insufficient_data",
-                "reason": f"{len(complete)} round(s) with both arms; need {min_rounds}"}
+                "reason": f"{len(complete)} round(s) with both arms; need {min_rounds} ({interval})"}
 
     spreads = {arm: describe([_metric(c, metric) for c in group])["cv_pct"] for arm, group in
                ((baseline, base), (candidate, cand))}
@@ -339,20 +357,11 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
         worst = max(noisy, key=noisy.get)
         return {**result, "verdict": "insufficient_data",
                 "reason": f"unstable: {metric} varies by CV {noisy[worst]:.1f}% in arm {worst!r} (limit "
-                          f"{MAX_CV_PCT:g}%); quiet the machine (idle GPU, no other jobs) and re-run, or add rounds"}
-
-    if has_rounds:
-        base_strata = [[_metric(c, metric) for c in base if c.round == r] for r in complete]
-        cand_strata = [[_metric(c, metric) for c in cand if c.round == r] for r in complete]
-    else:
-        base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
-    low, high = _bootstrap_interval(base_strata, cand_strata, resamples=resamples, seed=seed, confidence=confidence)
-    result["ci_low_pct"], result["ci_high_pct"] = low, high
+                          f"{MAX_CV_PCT:g}%), too noisy for any verdict; {interval}"}
 
     round_changes = [v for v in result["round_changes_pct"] if v is not None]
     all_down, all_up = all(v < 0 for v in round_changes), all(v > 0 for v in round_changes)
     result["rounds_same_direction"] = all_down or all_up if round_changes else None
-    interval = f"{confidence * 100:g}% CI [{low:+.3f}%, {high:+.3f}%]"
     if not has_rounds:
         interval += " (no rounds: that the change repeats is not established)"
     faster = "every round is faster" if has_rounds else "no rounds to repeat it"

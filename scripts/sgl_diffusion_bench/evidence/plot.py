@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import report
+from .. import perf_compare, report
 from ..cell import Cell
 
 
@@ -16,14 +16,7 @@ def title(camp: Mapping[str, Any]) -> str:
     if not comparison:
         return "no verdict: the campaign compared no two arms"
     metric = comparison["primary_metric"]
-    figures = comparison["metrics"][metric]
-    looks = camp["campaign"]["stopping"].get("looks") or []
-    low, high = (looks[-1].get("ci_low_pct"), looks[-1].get("ci_high_pct")) if looks else (
-        figures.get("ci_low_pct"), figures.get("ci_high_pct"))
-    known = low is not None and high is not None
-    interval = f" (interval [{low:+.3f}%, {high:+.3f}%])" if known else " (no interval)"
-    change = "" if figures.get("change_pct") is None else f" {figures['change_pct']:+.3f}%"
-    return f"verdict: {comparison['verdict']} — {metric}{change}{interval}"
+    return f"verdict: {comparison['verdict']} — {metric} {perf_compare.change_with_interval(comparison, metric)}"
 
 
 def render(camp: Mapping[str, Any], path: Path) -> Path:

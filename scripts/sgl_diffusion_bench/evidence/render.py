@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, engine_overlap, report, steady_state
+from .. import contract, engine_overlap, perf_compare, report, steady_state
 from ..cell import Cell
 from . import manifest, plot
 
@@ -69,8 +69,8 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
     over = (f"means over the steady state: the valid cells less each warm engine's first measured request, cells "
             f"{', '.join(map(str, apart))}, shown below" if apart else "means over the valid cells")
     if figures.get("change_pct") is not None:
-        lines.append(f"- {metric} change {figures['change_pct']:+.3f}% ({comparison['baseline_arm']} -> "
-                     f"{comparison['candidate_arm']}, {over}).")
+        lines.append(f"- {metric} change {perf_compare.change_with_interval(comparison, metric)} "
+                     f"({comparison['baseline_arm']} -> {comparison['candidate_arm']}, {over}).")
     stopping = camp["campaign"]["stopping"]
     lines.append(f"- Rule: {stopping.get('description', stopping['rule'])}; rounds run {stopping['rounds_run']}.")
     lines += filter(None, [engine_overlap.summary_line(camp.get("engines") or {})])

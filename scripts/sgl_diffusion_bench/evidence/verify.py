@@ -11,11 +11,12 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, fileio, output_check, presets, run_judge, sequential, stats
+from .. import contract, fileio, output_check, presets, run_judge, sequential, stats, validity
 from ..cell import Cell
 from . import manifest, render
 
-COMPARED_FIGURES = ("baseline_mean", "candidate_mean", "change_pct", "ci_low_pct", "ci_high_pct")
+COMPARED_FIGURES = ("baseline_mean", "candidate_mean", "change_pct", "ci_low_pct", "ci_high_pct", "interval_reason",
+                    "verdict")
 FIGURE_BLOCKS = ("stages", "steps", "memory")
 LOOK_FIGURES = ("verdict", "change_pct", "ci_low_pct", "ci_high_pct", "cv_pct", "round_change_sd_pct")
 STATE_FILES = {manifest.NAME}
@@ -136,35 +137,35 @@ class Verifier:
         cell.perf = judged["perf"]  # the statistics below are taken from the stored dumps, not the report's copy
 
     def _statistics(self, report_rel: str, camp: Mapping[str, Any], cells: list[Cell]) -> None:
+        """The summary as the runner makes it: the statistics of the stored cells, overruled by differing outputs,
+        then (--until-verdict) by the last of the looks recomputed here."""
         c = camp["campaign"]
         stored = camp["summary"]["comparison"]
         if stored is None:
             return
         stopping = c["stopping"]
-        options = {"confidence": stopping["look_confidence"]} if stopping["rule"] == "until_verdict" else {}
-        summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
-                                  discard_outliers=c["discard_outliers"], threshold_pct=c["threshold_pct"],
-                                  primary_metric=c["primary_metric"], **options)
-        self.checked["statistics"] = True
-        for metric, figures in summary["comparison"]["metrics"].items():
-            for key in COMPARED_FIGURES:
-                if not _same(figures.get(key), stored["metrics"][metric].get(key)):
-                    self.add(report_rel, "statistics", f"{metric} {key} {figures.get(key)} (from the stored cells)",
-                             stored["metrics"][metric].get(key))
-        self._figures(report_rel, summary, camp["summary"])
         rule = None
         if stopping["rule"] == "until_verdict":
             rule = sequential.StoppingRule(c["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
                                            stopping["overall_confidence"], metric=c["primary_metric"])
-            self._looks(report_rel, rule, c, cells)
-        if stored["verdict"] not in stats.VERDICTS:
-            return  # overruled by the output check (outputs_differ): no timing verdict to recompute
-        verdict = summary["comparison"]["verdict"]
+        options = {"confidence": rule.look_confidence} if rule is not None else {}
+        summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
+                                  discard_outliers=c["discard_outliers"], threshold_pct=c["threshold_pct"],
+                                  primary_metric=c["primary_metric"], **options)
+        validity.apply_to_comparison(summary["comparison"], camp["summary"]["output_quality"])
         if rule is not None:
-            verdict = sequential.look(rule, cells, c["baseline_arm"], c["candidate_arm"],
-                                      stopping["rounds_run"])["verdict"]
+            looks = self._looks(report_rel, rule, c, cells)
+            sequential.apply_to_comparison(summary["comparison"], rule, looks)
+        self.checked["statistics"] = True
+        for metric, figures in summary["comparison"]["metrics"].items():
+            for key in COMPARED_FIGURES:
+                if not _same(figures.get(key), stored["metrics"][metric].get(key)):
+                    self.add(report_rel, "statistics", f"{metric} {key} {stored['metrics'][metric].get(key)}",
+                             f"{figures.get(key)} (from the stored cells)")
+        self._figures(report_rel, summary, camp["summary"])
+        verdict = summary["comparison"]["verdict"]
         if verdict != stored["verdict"]:
-            self.add(report_rel, "verdict", f"{verdict} (recomputed from the stored cells)", stored["verdict"])
+            self.add(report_rel, "verdict", stored["verdict"], f"{verdict} (recomputed from the stored cells)")
 
     def _figures(self, report_rel: str, summary: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
         """Per-arm distributions (stages included) and the comparison's stage, step and memory figures."""
@@ -176,9 +177,10 @@ class Verifier:
                 self.add(report_rel, "statistics", f"{field} {want}", f"{got} (from the stored cells)")
 
     def _looks(self, report_rel: str, rule: sequential.StoppingRule, c: Mapping[str, Any],
-               cells: list[Cell]) -> None:
+               cells: list[Cell]) -> list[dict[str, Any]]:
         """Each look of the sequential rule, recomputed over the cells up to the end of its round."""
         ordered = sorted(cells, key=lambda cell: cell.index)
+        looks = []
         for number, stored in enumerate(c["stopping"]["looks"]):
             last = max((cell.index for cell in ordered if cell.round == stored["round"]), default=None)
             upto = [cell for cell in ordered if last is not None and cell.index <= last]
@@ -187,6 +189,8 @@ class Verifier:
                 if not _same(again[key], stored.get(key)):
                     self.add(report_rel, "statistics", f"campaign.stopping.looks[{number}].{key} {stored.get(key)}",
                              f"{again[key]} (from the stored cells)")
+            looks.append({**again, "stop": stored.get("stop")})  # a spent time budget stops a look too
+        return looks
 
     # -- the record against its documents ----------------------------------------------------------------------------
 

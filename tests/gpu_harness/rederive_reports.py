@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Re-derive the statistics of kept bench reports from their stored cells, after the statistics code changed.
+
+A kept report (tests/fixtures) holds what was measured (the cells: each request's perf figures, judged from its own
+logs) and what was derived from it (summary.arms, summary.comparison, the sequential rule's looks). When the way a
+figure is derived changes, the measured part stays and the derived part is recomputed here, exactly as the runner
+computes it (bench_runner.Runner.summary): the statistics of the cells, overruled by differing outputs, then by the
+last look of --until-verdict. The report's Markdown beside it is re-rendered; inside an evidence folder every
+recorded hash is brought up to date and EVIDENCE.md and the plot are re-rendered (collect_pr_evidence.py render), so
+`verify` holds the folder to today's code. Nothing measured is touched: the cells are compared before and after.
+
+  .venv/bin/python tests/gpu_harness/rederive_reports.py tests/fixtures/**/<report>.json ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from sgl_diffusion_bench import contract, report, sequential, stats, validity  # noqa: E402
+from sgl_diffusion_bench.cell import Cell  # noqa: E402
+
+
+def looks_again(rule: sequential.StoppingRule, campaign: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
+    """Each recorded look, recomputed over the cells up to the end of its round; why it stopped is kept."""
+    ordered = sorted(cells, key=lambda cell: cell.index)
+    out = []
+    for stored in campaign["stopping"]["looks"]:
+        last = max(cell.index for cell in ordered if cell.round == stored["round"])
+        again = sequential.look(rule, [c for c in ordered if c.index <= last], campaign["baseline_arm"],
+                                campaign["candidate_arm"], stored["round"])
+        out.append({**again, "stop": stored["stop"]})
+    return out
+
+
+def rederive(doc: dict[str, Any]) -> dict[str, Any]:
+    campaign, summary = doc["campaign"], doc["summary"]
+    cells = [Cell.from_json(c) for c in doc["cells"]]
+    stopping = campaign.get("stopping") or {"rule": "fixed"}
+    rule = None
+    if stopping["rule"] == "until_verdict":
+        rule = sequential.StoppingRule(campaign["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
+                                       stopping["overall_confidence"], metric=campaign["primary_metric"])
+    options = {"confidence": rule.look_confidence} if rule is not None else {}
+    fresh = stats.summarize(cells, list(campaign["arms"]), campaign.get("baseline_arm"),
+                            campaign.get("candidate_arm"), discard_outliers=campaign.get("discard_outliers", False),
+                            threshold_pct=campaign["threshold_pct"], primary_metric=campaign["primary_metric"],
+                            **options)
+    validity.apply_to_comparison(fresh["comparison"], summary.get("output_quality"))
+    if rule is not None:
+        stopping["looks"] = looks_again(rule, campaign, cells)
+        sequential.apply_to_comparison(fresh["comparison"], rule, stopping["looks"])
+    if "requests" in summary:
+        raise SystemExit("a manifest campaign: re-derive its per-request verdicts too before using this tool on it")
+    summary["arms"], summary["comparison"] = fresh["arms"], fresh["comparison"]
+    return doc
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def rehash_folder(folder: Path) -> None:
+    manifest = folder / "evidence.json"
+    doc = json.loads(manifest.read_text(encoding="utf-8"))
+    for rec in [f for s in doc["steps"] for f in s["files"]] + doc["rendered"]:
+        path = folder / rec["path"]
+        if path.is_file():
+            rec["sha256"], rec["bytes"] = _sha(path), path.stat().st_size
+    manifest.write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    if doc["rendered"]:  # a folder kept before it was rendered stays unrendered
+        subprocess.run([sys.executable, str(REPO / "scripts" / "collect_pr_evidence.py"), "render",
+                        str(folder), "--json"], check=True, stdout=subprocess.DEVNULL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="+", type=Path)
+    args = parser.parse_args()
+    for path in args.reports:
+        before = json.loads(path.read_text(encoding="utf-8"))
+        markdown = path.with_suffix(".md")  # the report's own Markdown, where it is kept
+        doc = rederive(json.loads(path.read_text(encoding="utf-8")))
+        assert doc["cells"] == before["cells"], f"{path}: the measured cells changed"
+        errors = contract.validation_errors(doc, "bench-report.v1")
+        assert not errors, f"{path}: {errors[:3]}"
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        if markdown.is_file():
+            markdown.write_text(report.render_markdown(doc), encoding="utf-8")
+        folder = next((p for p in path.parents if (p / "evidence.json").is_file()), None)
+        if folder is not None:
+            rehash_folder(folder)
+        print(f"{path}: {doc['summary']['comparison'] and doc['summary']['comparison']['verdict']}"
+              f"{' + ' + markdown.name if markdown.is_file() else ''}{' + folder ' + folder.name if folder else ''}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
