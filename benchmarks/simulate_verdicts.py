@@ -94,7 +94,7 @@ def run_sequential(args: argparse.Namespace) -> list[str]:
     scenarios += [("3% slower, CV 0.5%", 0.5, 3.0), ("1% faster (below threshold), CV 0.5%", 0.5, -1.0)]
     rule = sequential.StoppingRule(stats.DEFAULT_THRESHOLD_PCT, args.budget_rounds)
     print(f"\nsequential (--until-verdict): {args.campaigns} campaigns per scenario, budget {args.budget_rounds} "
-          f"rounds, look confidence {rule.look_confidence:.5f} (t interval of the change of means, spread between rounds)")
+          f"rounds, look confidence {rule.look_confidence:.5f} (between-round t interval of the change)")
     print(f"{'scenario':38} {'improved':>9} {'regressed':>9} {'no-change':>9} {'insuff.':>8} "
           f"{'stop:verdict':>12} {'stop:equiv':>10} {'stop:budget':>11} {'rounds':>7}")
     failures = []

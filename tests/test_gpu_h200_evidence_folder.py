@@ -62,7 +62,7 @@ def test_the_folder_states_the_seed_experiments_facts():
     md = (H200 / "evidence-folder" / "EVIDENCE.md").read_text()
     # two rounds leave one degree of freedom: the budget, not the data, ends the run, and the folder says so
     assert "**Verdict: insufficient_data**" in md and "All 8 eager/bcg outputs are byte-identical" in md
-    assert "re-run with --until-verdict --budget-rounds 12" in md
+    assert "Next step: run again into a new --out folder with --budget-requests 48 (12 A/B/B/A rounds" in md
     assert "| Captured segments per step | 0 | 58 |" in md
     assert "| Host per-kernel launches per denoise step | 1,136 | 62 |" in md
     assert "| eager | 24.959 | 25.738 |" in md  # allocated and reserved device memory, apart

@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import campaign, perf_dump, stats
+from sgl_diffusion_bench import advice, campaign, perf_dump, stats
 from sgl_diffusion_bench.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
@@ -207,13 +207,15 @@ def test_next_step_gives_rounds_only_when_the_cli_accepts_them():
     near = stats.summarize(_spread_cells(1.2), ["A", "B"], "A", "B")["comparison"]
     floor = near["metrics"]["e2e_ms"]["noise_floor"]
     assert near["verdict"] == "no_significant_change" or near["next_step"] is not None
-    reachable = stats.next_step({**near["metrics"]["e2e_ms"], "verdict": "insufficient_data"})
+    reachable = advice.render(stats.advice_for({**near["metrics"]["e2e_ms"], "verdict": "insufficient_data"}),
+                              advice.BENCH)
     assert 2 <= floor["rounds_needed"] <= campaign.MAX_ROUNDS
-    assert reachable.startswith(f"re-run with --rounds {floor['rounds_needed']} ")
+    assert reachable.startswith(f"re-run with --rounds {floor['rounds_needed']}: ")
     far = stats.summarize(_spread_cells(8.0), ["A", "B"], "A", "B")["comparison"]["metrics"]["e2e_ms"]
     assert far["noise_floor"]["rounds_needed"] > campaign.MAX_ROUNDS
-    advice = stats.next_step({**far, "verdict": "insufficient_data"})
-    assert advice.startswith("this host is too noisy for a 1.5% threshold (CV 9.2%") and "--" not in advice
+    noisy = stats.advice_for({**far, "verdict": "insufficient_data"})
+    assert noisy["action"] == "quiet_host" and noisy["rounds"] is None
+    assert noisy["why"].startswith("this host is too noisy for a 1.5% threshold (CV 9.2%") and "--" not in noisy["why"]
 
 
 def test_the_seed_campaign_noise_floor_and_no_next_step_when_judged():

@@ -354,14 +354,17 @@ def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
 def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable_advice():
     """Issue 24's busy 2-core host: CV ~100 %, budget spent. The old rule said 'no_significant_change' and asked for
     --rounds 13955 (the CLI refuses above 50). Now: insufficient_data, and the advice is to quiet the host."""
-    from sgl_diffusion_bench import campaign, sequential, stats
+    from sgl_diffusion_bench import advice, campaign, sequential, stats
+
+    def next_step(rule, final):
+        return advice.render(sequential.advice_for(rule, final), advice.BENCH)
 
     rule = sequential.StoppingRule(1.5, budget_rounds=4)
     cells = _round_cells([-40.0, 90.0, -60.0, 30.0], noise=(80.0, 0.0))
     final = sequential.look(rule, cells, "A", "B", 4)
     assert final["verdict"] == "insufficient_data" and final["stop"] == "budget"
     assert final["cv_pct"] > stats.MAX_CV_PCT and final["reason"].startswith("unstable:")
-    step = sequential.next_step(rule, final)
+    step = next_step(rule, final)
     assert step.startswith("this host is too noisy for a 1.5% threshold") and "--budget-rounds" not in step
     # a tight A/A passes every gate but the CV gate: 'equivalent' would be a claim the spread does not support
     gated = sequential.look(rule, _round_cells([0.1, -0.1, 0.0, 0.05], noise=(20.0, 0.0)), "A", "B", 4)
@@ -371,11 +374,11 @@ def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable
     assert quiet["verdict"] == "insufficient_data" and quiet["cv_pct"] < stats.MAX_CV_PCT
     needed = sequential.rounds_needed(rule, quiet["round_change_sd_pct"])
     assert needed is not None and 4 < needed <= campaign.MAX_ROUNDS
-    assert sequential.next_step(rule, quiet).startswith(f"re-run with --until-verdict --budget-rounds {needed}:")
+    assert next_step(rule, quiet).startswith(f"re-run with --until-verdict --budget-rounds {needed}:")
     assert sequential.rounds_needed(rule, 50.0) is None  # sd 50 %: not within 50 rounds
-    assert "too noisy" in sequential.next_step(rule, {**quiet, "round_change_sd_pct": 50.0})
+    assert "too noisy" in next_step(rule, {**quiet, "round_change_sd_pct": 50.0})
     faster = sequential.look(rule, _round_cells([-5.0, -5.2, -4.9, -5.1]), "A", "B", 4)
-    assert faster["verdict"] == "improved" and sequential.next_step(rule, faster) is None
+    assert faster["verdict"] == "improved" and next_step(rule, faster) is None
 
 
 def test_budget_rounds_above_the_campaign_limit_is_refused_by_the_parser(tmp_path):

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import perf_dump, stats
+from . import advice, perf_dump, stats
 from .cell import Cell
 
 # Single-sample markers, as upstream compare_perf.py: e2e +-2 %; a stage moves when it changes by more than both
@@ -74,7 +74,7 @@ def compare_cells(cells: Sequence[Cell], baseline: str, candidate: str, *,
                   discard_outliers: bool = False, **options: Any) -> dict[str, Any]:
     """One comparison entry: mean-of-group rows for every figure, plus statistics when both groups have > 1."""
     summary = stats.summarize(cells, [baseline, candidate], baseline, candidate,
-                              discard_outliers=discard_outliers, **options)
+                              discard_outliers=discard_outliers, command=advice.COMPARE, **options)
     b, c = summary["arms"][baseline], summary["arms"][candidate]
     mean = lambda arm, key: arm[key]["mean"]  # noqa: E731
     stage_names = list(dict.fromkeys([*b["stages"], *c["stages"]]))

@@ -25,7 +25,7 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-from . import contract, stats
+from . import advice, contract, stats
 from .campaign import MAX_ROUNDS
 from .cell import Cell
 
@@ -156,20 +156,21 @@ def rounds_needed(rule: StoppingRule, round_change_sd_pct: float) -> int | None:
     return None
 
 
-def next_step(rule: StoppingRule, final: Mapping[str, Any]) -> str | None:
-    """What to do when the campaign ended without a verdict: a budget the CLI accepts, or quiet the host."""
+def advice_for(rule: StoppingRule, final: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What to do when the campaign ended without a verdict (advice.py): a budget the CLI accepts, or quiet the
+    host."""
     if final["verdict"] != "insufficient_data":
         return None
     cv, spread = final.get("cv_pct"), final.get("round_change_sd_pct")
+    least = max(rule.min_rounds, 2)
     if spread is None:
-        return (f"run at least {max(rule.min_rounds, 2)} complete rounds (--budget-rounds {max(rule.min_rounds, 2)} "
-                "or more), then compare again")
+        return advice.more_rounds("until_verdict", least, f"a verdict needs at least {least} complete rounds")
     needed = None if cv is not None and cv > stats.MAX_CV_PCT else rounds_needed(rule, spread)
     if needed is None:
-        return stats.too_noisy_advice(cv, rule.threshold_pct)
-    return (f"re-run with --until-verdict --budget-rounds {needed}: at today's spread between rounds "
-            f"(sd {spread:.2f}% per round) that many rounds resolve a {rule.threshold_pct:g}% change with "
-            f"{stats.POWER * 100:g}% power")
+        return advice.quiet_host("until_verdict", stats.too_noisy_advice(cv, rule.threshold_pct))
+    return advice.more_rounds("until_verdict", needed, (
+        f"at today's spread between rounds (sd {spread:.2f}% per round) that many rounds resolve a "
+        f"{rule.threshold_pct:g}% change with {stats.POWER * 100:g}% power"))
 
 
 def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: int) -> dict[str, Any]:
@@ -191,9 +192,11 @@ def apply_to_comparison(comparison: dict[str, Any] | None, rule: StoppingRule,
     comparison["verdict"] = last["verdict"]
     comparison["rule"] = rule.describe()
     comparison["reason"] = last["reason"]
-    comparison["next_step"] = next_step(rule, last)
+    comparison["advice"] = advice_for(rule, last)
+    comparison["next_step"] = advice.render(comparison["advice"], advice.BENCH)  # only the bench command has the rule
     primary = comparison["metrics"][rule.metric]
-    primary.update(verdict=last["verdict"], reason=last["reason"], next_step=comparison["next_step"])
+    primary.update(verdict=last["verdict"], reason=last["reason"], advice=comparison["advice"],
+                   next_step=comparison["next_step"])
     if last["ci_low_pct"] is not None:
         primary.update(ci_low_pct=last["ci_low_pct"], ci_high_pct=last["ci_high_pct"], interval_reason=None)
     else:

@@ -14,7 +14,7 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import contract, inputs, steady_state
+from . import advice, contract, inputs, steady_state
 from .campaign import MAX_ROUNDS
 from .cell import Cell
 
@@ -261,22 +261,24 @@ def too_noisy_advice(cv_pct: float | None, threshold_pct: float) -> str:
             f"{MAX_CV_PCT:g}%")
 
 
-def next_step(metric: Mapping[str, Any]) -> str | None:
-    """What to do when the data cannot support a verdict, from the noise floor's figures. Never more rounds than the
-    CLI accepts (campaign.MAX_ROUNDS): past that, or when the spread fails the CV gate (which more rounds do not cure),
-    the advice is to quiet the host, with no sample count."""
+def advice_for(metric: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What to do when the data cannot support a verdict (advice.py), from the noise floor's figures. Never more
+    rounds than the CLI accepts (campaign.MAX_ROUNDS): past that, or when the spread fails the CV gate (which more
+    rounds do not cure), the advice is to quiet the host, with no sample count."""
     if metric["verdict"] != "insufficient_data":
         return None
     floor = metric.get("noise_floor") or {}
     if floor.get("samples_per_arm_needed") is None:
-        return "collect at least 2 valid cells per arm in at least 2 rounds (e.g. --rounds 2), then compare again"
+        return advice.more_rounds("fixed", DEFAULT_MIN_ROUNDS, "a verdict needs at least 2 valid cells per arm in "
+                                  f"at least {DEFAULT_MIN_ROUNDS} rounds")
     cvs = [v for v in (floor["baseline_cv_pct"], floor["candidate_cv_pct"]) if v is not None]
     worst = max(cvs) if cvs else None
     if (worst is not None and worst > MAX_CV_PCT) or floor["rounds_needed"] > MAX_ROUNDS:
-        return too_noisy_advice(worst, floor["target_pct"])
-    return (f"re-run with --rounds {floor['rounds_needed']} ({floor['samples_per_arm_needed']} samples per "
-            f"arm, {floor['more_samples_per_arm']} more than now) to resolve a {floor['target_pct']:g}% change at "
-            f"{floor['confidence'] * 100:g}% confidence and {floor['power'] * 100:g}% power at today's spread")
+        return advice.quiet_host("fixed", too_noisy_advice(worst, floor["target_pct"]))
+    return advice.more_rounds("fixed", floor["rounds_needed"], (
+        f"{floor['samples_per_arm_needed']} samples per arm, {floor['more_samples_per_arm']} more than now, resolve "
+        f"a {floor['target_pct']:g}% change at {floor['confidence'] * 100:g}% confidence and "
+        f"{floor['power'] * 100:g}% power at today's spread"))
 
 
 def worst_cv_pct(cells: Sequence[Cell], arms: Sequence[str], metric: str) -> float | None:
@@ -391,14 +393,17 @@ def _change_of(base: Mapping[str, Any], cand: Mapping[str, Any]) -> dict[str, An
 def compare_arms(cells: Sequence[Cell], baseline: str, candidate: str, arms: Mapping[str, Any], *,
                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, primary_metric: str = "e2e_ms",
                  resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
-                 confidence: float = DEFAULT_CONFIDENCE, min_rounds: int = DEFAULT_MIN_ROUNDS) -> dict[str, Any]:
-    """The bench-report.v1 ``comparison``: ``arms`` are the two arm_summary() results (their discards apply)."""
+                 confidence: float = DEFAULT_CONFIDENCE, min_rounds: int = DEFAULT_MIN_ROUNDS,
+                 command: str = advice.BENCH) -> dict[str, Any]:
+    """The bench-report.v1 ``comparison``: ``arms`` are the two arm_summary() results (their discards apply);
+    ``command`` is the one whose flags the next step may name (advice.py)."""
     discarded = sorted(arms[baseline]["discarded_cells"] + arms[candidate]["discarded_cells"])
     options = dict(threshold_pct=threshold_pct, resamples=resamples, seed=seed, confidence=confidence,
                    min_rounds=min_rounds, exclude=discarded)
     metrics = {m: metric_change(cells, baseline, candidate, m, **options) for m in METRICS}
     for m in metrics.values():
-        m["next_step"] = next_step(m)
+        m["advice"] = advice_for(m)
+        m["next_step"] = advice.render(m["advice"], command)
     pick = [c for c in used_cells(cells) if c.index not in discarded]
     rounds = []
     for r in sorted({c.round for c in pick if c.round is not None}):
@@ -419,7 +424,7 @@ def compare_arms(cells: Sequence[Cell], baseline: str, candidate: str, arms: Map
     return {
         "baseline_arm": baseline, "candidate_arm": candidate, "threshold_pct": threshold_pct,
         "primary_metric": primary_metric, "verdict": metrics[primary_metric]["verdict"],
-        "next_step": metrics[primary_metric]["next_step"],
+        "advice": metrics[primary_metric]["advice"], "next_step": metrics[primary_metric]["next_step"],
         "rule": decision_rule(threshold_pct, confidence, min_rounds), "min_rounds": min_rounds,
         "bootstrap": {"method": BOOTSTRAP_METHOD, "resamples": resamples, "seed": seed, "confidence": confidence},
         "metrics": metrics,

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, engine_overlap, perf_compare, report, steady_state
+from .. import advice, contract, engine_overlap, perf_compare, report, steady_state
 from ..cell import Cell
 from . import manifest, plot
 
@@ -74,8 +74,9 @@ def _claim(doc: Mapping[str, Any], camp: Mapping[str, Any] | None) -> list[str]:
     stopping = camp["campaign"]["stopping"]
     lines.append(f"- Rule: {stopping.get('description', stopping['rule'])}; rounds run {stopping['rounds_run']}.")
     lines += filter(None, [engine_overlap.summary_line(camp.get("engines") or {})])
-    if comparison.get("next_step"):
-        lines.append(f"- Next step: {comparison['next_step']}")
+    step = advice.render(comparison.get("advice"), advice.EVIDENCE, samples=req["samples"])
+    if step:
+        lines.append(f"- Next step: {step}")
     return [*lines, *_first_requests(camp), ""]
 
 
