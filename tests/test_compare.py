@@ -47,7 +47,8 @@ def test_files_mode_on_real_h200_dumps():
     assert first["statistics"] is None and first["n_baseline"] == first["n_candidate"] == 1
     assert first["e2e_ms"]["baseline"] == 15921.826763000012 and first["e2e_ms"]["status"] == "faster"
     decoding = next(s for s in first["stages"] if s["name"] == "DecodingStage")
-    assert decoding["status"] == "same"  # -94 ms: under the 120 ms floor of the stage marker rule
+    assert decoding["diff"] > -120 and decoding["change_pct"] < -10  # past the share bound, under the time one
+    assert decoding["status"] == "minor"  # not "same": it moved by more than 10 %
     denoise = next(s for s in first["stages"] if s["name"] == "DenoisingStage")
     assert denoise["status"] == "faster"
     assert first["peak_memory_mb"]["baseline"] == 32082.0 and first["peak_memory_mb"]["diff"] == 0
@@ -110,7 +111,26 @@ def test_one_change_gets_one_mark_in_every_table():
                                      "device")["comparisons"][0]
     denoise_stage = next(r for r in cmp["stages"] if r["name"] == "DenoisingStage")
     assert cmp["denoise_ms"]["status"] == denoise_stage["status"] == "faster"  # -5 %: the same word in both tables
-    assert set(perf_compare.MARKS.values()) == {"faster", "slower", "same", ""}
+    assert set(perf_compare.MARKS.values()) == {"faster", "slower", "same", "minor", "unclear", ""}
+
+
+def test_same_only_inside_the_band_it_states():
+    """A stage +90 % but 50 ms is not 'same' (it passed one bound); with groups, E2E is 'same' only when its
+    interval lies inside +/-threshold, and a change the interval cannot place is 'unclear', in every table."""
+    row = perf_compare._row(55.0, 104.5, "stage")
+    assert row["change_pct"] == 90.0 and row["status"] == "minor"
+    assert perf_compare._row(1000.0, 1050.0, "stage")["status"] == "same"
+    assert perf_compare._row(5000.0, 5300.0, "stage")["status"] == "minor"  # +300 ms but 6 %
+    seed = sorted((TEST_FIXTURES / "seed-pr-38591").glob("r*-*.json"))
+    base = [str(p) for p in seed if "eager" in p.name]
+    cand = [str(p) for p in seed if "bcg" in p.name]
+    cmp = perf_compare.compare_groups(base, cand, "device")["comparisons"][0]
+    e2e, denoise = cmp["statistics"]["metrics"]["e2e_ms"], cmp["statistics"]["metrics"]["denoise_ms"]
+    assert e2e["ci_low_pct"] < -1.5 < e2e["ci_high_pct"] and cmp["e2e_ms"]["status"] == "unclear"
+    assert denoise["ci_high_pct"] < -1.5 and cmp["denoise_ms"]["status"] == "faster"
+    assert next(r for r in cmp["stages"] if r["name"] == "DenoisingStage")["status"] == "faster"
+    wide = perf_compare.compare_groups(base, cand, "device", threshold_pct=50.0)["comparisons"][0]
+    assert wide["e2e_ms"]["status"] == "same"  # the whole interval inside +/-50 %
 
 
 def test_memory_is_compared_only_when_its_kind_is_said():

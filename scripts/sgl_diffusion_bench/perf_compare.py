@@ -65,9 +65,35 @@ def _row(baseline: float | None, candidate: float | None, kind: str) -> dict[str
             status = "slower"
         elif candidate < min(baseline * (1 - STAGE_MARK_FRACTION), baseline - STAGE_MARK_MS):
             status = "faster"
-        else:
+        elif abs(diff) <= STAGE_MARK_MS and (pct is None or abs(pct) <= STAGE_MARK_FRACTION * 100):
             status = "same"
+        else:
+            status = "minor"  # past one bound only: a large share of a short stage, or a small share of a long one
     return {"baseline": baseline, "candidate": candidate, "diff": diff, "change_pct": pct, "status": status}
+
+
+def _mark_from_interval(metric: Mapping[str, Any], threshold_pct: float) -> str:
+    """With groups the E2E and Denoise marks are the statistics': "same" only when the interval of the change lies
+    inside the +/-threshold band it states, "faster"/"slower" only when it lies beyond it, else "unclear"."""
+    low, high = metric["ci_low_pct"], metric["ci_high_pct"]
+    if low is None or high is None:
+        return "unclear"
+    if high < -threshold_pct:
+        return "faster"
+    if low > threshold_pct:
+        return "slower"
+    return "same" if -threshold_pct < low and high < threshold_pct else "unclear"
+
+
+def _stage_row(name: str, base: Mapping[str, Any], cand: Mapping[str, Any], denoise_mark: str | None
+               ) -> dict[str, Any]:
+    """A stage's row; a denoise stage takes the Denoise total's mark where statistics give it (one change, one
+    mark in every table)."""
+    row = {"name": name, **_row(base["stages"].get(name, {}).get("mean"), cand["stages"].get(name, {}).get("mean"),
+                                _kind_of_stage(name))}
+    if denoise_mark is not None and perf_dump.is_denoise_stage(name):
+        row["status"] = denoise_mark
+    return row
 
 
 def compare_cells(cells: Sequence[Cell], baseline: str, candidate: str, *,
@@ -78,16 +104,19 @@ def compare_cells(cells: Sequence[Cell], baseline: str, candidate: str, *,
     b, c = summary["arms"][baseline], summary["arms"][candidate]
     mean = lambda arm, key: arm[key]["mean"]  # noqa: E731
     stage_names = list(dict.fromkeys([*b["stages"], *c["stages"]]))
+    statistics = summary["comparison"] if b["n_used"] > 1 and c["n_used"] > 1 else None
+    rows = {key: _row(mean(b, key), mean(c, key), "e2e") for key in ("e2e_ms", "denoise_ms")}
+    if statistics is not None:
+        for key, row in rows.items():
+            row["status"] = _mark_from_interval(statistics["metrics"][key], statistics["threshold_pct"])
     return {
         "baseline": baseline, "candidate": candidate, "n_baseline": b["n_used"], "n_candidate": c["n_used"],
-        "e2e_ms": _row(mean(b, "e2e_ms"), mean(c, "e2e_ms"), "e2e"),
-        "denoise_ms": _row(mean(b, "denoise_ms"), mean(c, "denoise_ms"), "e2e"),
-        "stages": [{"name": n, **_row(b["stages"].get(n, {}).get("mean"), c["stages"].get(n, {}).get("mean"),
-                                      _kind_of_stage(n))} for n in stage_names],
+        **rows,
+        "stages": [_stage_row(n, b, c, rows["denoise_ms"]["status"] if statistics else None) for n in stage_names],
         "step0_ms": _row(mean(b, "step0_ms"), mean(c, "step0_ms"), "stage"),
         "steady_step_mean_ms": _row(mean(b, "steady_step_mean_ms"), mean(c, "steady_step_mean_ms"), "stage"),
         "peak_memory_mb": _row(b["peak_memory_mb"]["max"], c["peak_memory_mb"]["max"], "memory"),
-        "statistics": summary["comparison"] if b["n_used"] > 1 and c["n_used"] > 1 else None,
+        "statistics": statistics,
         "arms": summary["arms"],
     }
 
@@ -128,11 +157,14 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.3f}%"
 
 
-MARKS = {"faster": "faster", "slower": "slower", "same": "same", None: ""}  # one vocabulary, every table
+MARKS = {"faster": "faster", "slower": "slower", "same": "same", "minor": "minor", "unclear": "unclear",
+         None: ""}  # one vocabulary, every table
 MARK_LEGEND = ("Marks (every table, one rule per kind): E2E, Denoise and the denoise stages move when they change by "
                f"more than {E2E_MARK_PCT:g} %; other stages and steps when by more than both "
-               f"{STAGE_MARK_FRACTION * 100:g} % and {STAGE_MARK_MS:g} ms. Marks are single-sample indications, "
-               "not significance; the verdict comes from the statistics.")
+               f"{STAGE_MARK_FRACTION * 100:g} % and {STAGE_MARK_MS:g} ms, are the same only within both, and are "
+               "minor in between. With several dumps per side, E2E and Denoise are marked by the statistics instead: "
+               "the same only when the interval of the change lies inside the +/-threshold band, faster or slower "
+               "only beyond it, else unclear. Other marks are single-sample indications, not significance.")
 
 
 def render_markdown(payload: Mapping[str, Any]) -> str:
