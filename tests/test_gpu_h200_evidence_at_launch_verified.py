@@ -176,3 +176,20 @@ def test_a_look_or_stage_figure_edited_in_the_report_is_recomputed_and_named(tmp
     findings = [f for f in _new_findings(folder) if f["check"] == "statistics"]
     assert [f["expected"].split()[0] for f in findings] == [field]
     assert findings[0]["file"] == REPORT.relative_to(FOLDER).as_posix()
+
+
+def test_an_edited_perf_dump_is_named_and_no_untouched_file_is(tmp_path):
+    """expected is what the folder's record says, found what is on disk; a changed dump names the dump alone."""
+    folder = _restored(tmp_path)
+    dump = folder / "campaign" / "flux-1gpu__evidence__bcg__r01p02" / "flux-1gpu__evidence__bcg__r01p02.perf.json"
+    body = _load(dump)
+    recorded = next(c for c in _load(folder / REPORT.relative_to(FOLDER))["cells"]
+                    if c["perf_dump_path"].endswith(dump.name))["perf"]["e2e_ms"]
+    body["total_duration_ms"] = recorded / 2
+    dump.write_text(json.dumps(body))
+    _rehash(folder)
+    findings = _new_findings(folder)
+    assert {f["file"] for f in findings} == {dump.relative_to(folder).as_posix()}
+    (finding,) = findings
+    assert finding["check"] == "perf_dump" and finding["expected"].endswith(f"e2e_ms {recorded}")
+    assert float(finding["found"]) == recorded / 2

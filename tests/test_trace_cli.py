@@ -250,3 +250,16 @@ def test_the_real_profile_run_wrote_its_host_load_beside_its_trace(side):
     assert record["host"] == run["host_load"] and record["host"]["contended"] is True
     assert record["trace"]["sha256"] == trace["sha256"] == fileio.sha256_file(CPU_PROFILES / side /
                                                                                Path(trace["path"]).name)
+
+
+def test_a_cpu_pair_leaves_out_device_rows_with_no_data():
+    """Two real CPU profiles: no device kernel on either side, so the GPU rows (all zero) are named once and left
+    out of the table; the JSON keeps every figure. An H200 pair keeps its zero rows (graph launches of an eager run)."""
+    doc = run_main("analyze_trace", "compare", str(CPU_A), str(CPU_B), "--json").document
+    zero = [m["label"] for m in doc["metrics"] if not m["a"] and not m["b"]]
+    assert "GPU kernels" in zero and len(zero) >= 4 and len(doc["metrics"]) > len(zero)
+    table = [line for line in doc["markdown"].splitlines() if line.startswith("| ")]
+    assert not any(line.startswith(f"| {label} |") for label in zero for line in table)
+    assert f"{len(zero)} device rows with no data left out" in doc["markdown"]
+    gpu = run_main("analyze_trace", "compare", str(EAGER), str(GRAPH), "--json").document
+    assert "| cudaGraphLaunch calls | 0 |" in gpu["markdown"] and "left out" not in gpu["markdown"]

@@ -75,12 +75,10 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
         lines += ["", "### Statistics", "", *perf_compare.render_statistics(comparison, summary["arms"])]
         lines += ["", "### Stages (mean ms)", "", "| Stage | " + " | ".join(
             [comparison["baseline_arm"], comparison["candidate_arm"]]) + " | Change |", "|---|---:|---:|---:|"]
-        for name in _stage_order(cells, comparison["stages"]):
-            row = comparison["stages"][name]
-            pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
-            lines.append(f"| {name} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
-        for key, label in (("step0_ms", "Step 0"), ("steady_step_mean_ms", "Steady step (mean of steps >= 1)")):
-            row = comparison["steps"][key]
+        rows = [(name, comparison["stages"][name]) for name in _stage_order(cells, comparison["stages"])]
+        rows += [(label, comparison["steps"][key]) for key, label in (
+            ("step0_ms", "Step 0"), ("steady_step_mean_ms", "Steady step (mean of steps >= 1)"))]
+        for label, row in rows:
             pct = "n/a" if row["change_pct"] is None else f"{row['change_pct']:+.3f}%"
             lines.append(f"| {label} | {_ms(row['baseline_mean_ms'])} | {_ms(row['candidate_mean_ms'])} | {pct} |")
     lines += [*_invalid(cells), *_host(summary.get("host_contention")), *_output_quality(summary.get("output_quality"))]
@@ -99,7 +97,8 @@ def run_order_section(doc: Mapping[str, Any]) -> list[str]:
     lines = [*_run_order_table(cells, arms), ""]
     for paragraph in [*_changes(doc["summary"].get("comparison")), *_outliers(doc["summary"], arms)]:
         lines += [paragraph, ""]
-    return lines
+    host = _host(doc["summary"].get("host_contention"))[3:]  # the paragraph, without its heading
+    return lines + [*host, ""] if host else lines
 
 
 def output_quality_section(doc: Mapping[str, Any]) -> list[str]:

@@ -130,11 +130,10 @@ class Verifier:
             self.add(where, "log_gate", f"cell {cell.index} counted (valid)",
                      f"{judged['status']}: {'; '.join(judged['reasons'][:2])}")
             return
-        for key in ("e2e_ms", "denoise_ms"):
-            if not _same(judged["perf"].get(key), (cell.perf or {}).get(key)):
+        for key in ("e2e_ms", "denoise_ms"):  # a dump that disagrees is named here; the statistics below stay on
+            if not _same(judged["perf"].get(key), (cell.perf or {}).get(key)):  # the report's cells, so an
                 self.add(self.rel(dump), "perf_dump", f"cell {cell.index} {key} {(cell.perf or {}).get(key)}",
-                         judged["perf"].get(key))
-        cell.perf = judged["perf"]  # the statistics below are taken from the stored dumps, not the report's copy
+                         judged["perf"].get(key))  # untouched report is never named for a changed dump
 
     def _statistics(self, report_rel: str, camp: Mapping[str, Any], cells: list[Cell]) -> None:
         """The summary as the runner makes it: the statistics of the stored cells, overruled by differing outputs,

@@ -26,10 +26,17 @@ def render_compare_markdown(result: dict, verdict: dict) -> str:
         lines += [f"**Verdict withheld (host contended)**: {verdict['reason']}.", ""]
     elif verdict["status"] == "host_load_unknown":
         lines += [f"**Host load unknown**: {verdict['reason']}.", ""]
-    lines += [f"Scope: {result['scope']} ({steps['a']} / {steps['b']} denoise steps).", "",
-              f"| Diagnostic | {a} | {b} |", "|---|---:|---:|"]
+    lines += [f"Scope: {result['scope']} ({steps['a']} / {steps['b']} denoise steps).", ""]
+    kernels = next((m for m in result["metrics"] if m["key"] == "gpu_kernels"), None)
+    no_device = kernels is not None and not kernels["a"] and not kernels["b"]
+    empty = [m for m in result["metrics"] if no_device and not m["a"] and not m["b"]]
+    if empty:  # a CPU run: rows of device figures that are zero on both sides say nothing
+        lines += [f"Neither trace has a device kernel (a CPU run): {len(empty)} device rows with no data left out "
+                  f"({', '.join(m['label'] for m in empty)}).", ""]
+    lines += [f"| Diagnostic | {a} | {b} |", "|---|---:|---:|"]
     for m in result["metrics"]:
-        lines.append(f"| {m['label']} | {_fmt(m['a'])} | {_fmt(m['b'])} |")
+        if m not in empty:
+            lines.append(f"| {m['label']} | {_fmt(m['a'])} | {_fmt(m['b'])} |")
     if result["time_changes"]:
         lines += ["", "Kernels whose time changed most:", "",
                   f"| Kernel | count {a} | count {b} | us {a} | us {b} | delta us |", "|---|---:|---:|---:|---:|---:|"]
