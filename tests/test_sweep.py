@@ -216,6 +216,22 @@ def test_merge_compares_each_shard_with_the_nightly_baseline_of_its_scenario_and
     markdown = (folder / "sweep-report.md").read_text()
     assert "## Nightly baseline" in markdown and f"e2e {judged['e2e_ms']:.1f} ms vs baseline" in markdown
     assert f"{h200.id} eager: no_baseline: no baseline for this GPU" in markdown
+    # the shard's one change and interval are its campaign's, named by preset and override, with its host load
+    from sgl_diffusion_bench.sweep import merge_render
+    row, comparison = rows[h200.id], campaign["summary"]["comparison"]
+    figures = comparison["metrics"][comparison["primary_metric"]]
+    assert (row["change_pct"], row["ci_low_pct"], row["ci_high_pct"], row["confidence"]) == \
+        (figures["change_pct"], figures["ci_low_pct"], figures["ci_high_pct"], comparison["bootstrap"]["confidence"])
+    assert f"| {h200.id} (seed=1) | done | {row['verdict']} | {merge_render.change_cell(row)} |" in markdown
+    assert merge_render.change_cell(row) == (f"{figures['change_pct']:+.2f}% (95% interval "
+                                             f"[{figures['ci_low_pct']:+.2f}%, {figures['ci_high_pct']:+.2f}%])")
+    assert row["arms"]["eager"]["e2e_ms"] == campaign["summary"]["arms"]["eager"]["e2e_ms"]["mean"]
+    host = campaign["summary"]["host_contention"]
+    assert row["host"] == {"sampled_cells": host["sampled_cells"], "contended_cells": host["contended_cells"]}
+    assert f"| {cpu.id} (seed=3) | done |" in markdown and "| 0/1 contended |" in markdown
+    assert set(run.document["artifacts"]["plots"]) == {"eager", "bcg"}  # the H200 shards measured memory
+    assert set(run.document["artifacts"]["plots_absent"]) == {"run"}  # the CPU shard's arm: no empty plot
+    assert "No plot for arm run: no shard measured allocated memory for it (a CPU run records none)." in markdown
 
 
 def test_an_arm_over_its_nightly_baseline_fails_the_sweep(tmp_path):

@@ -100,15 +100,14 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     if args.command == "cancel":
         return _status_result(driver.cancel(folder, args.shard))
     report = merge.merge(folder, args.engine_dir)
-    plots = merge_render.plots(report, folder)
-    markdown_path = _runner.write_output_file(folder / "sweep-report.md", merge_render.markdown(report, plots),
-                                              "--folder")
-    report["artifacts"] = {"markdown": markdown_path, "plots": plots}
+    plots, absent = merge_render.plots(report, folder)
+    markdown = merge_render.markdown(report, plots, absent)
+    markdown_path = _runner.write_output_file(folder / "sweep-report.md", markdown, "--folder")
+    report["artifacts"] = {"markdown": markdown_path, "plots": plots, "plots_absent": absent}
     ok = merge.report_ok(report)
     _runner.write_output_file(folder / "sweep-report.json", contract.dumps(
         contract.envelope("sweep-report.v1", TOOL, ok=ok, **report)), "--folder")
-    return _runner.Result(contract.envelope("sweep-report.v1", TOOL, ok=ok, **report),
-                          merge_render.markdown(report, plots))
+    return _runner.Result(contract.envelope("sweep-report.v1", TOOL, ok=ok, **report), markdown)
 
 
 def self_tests() -> list[selftest.Check]:

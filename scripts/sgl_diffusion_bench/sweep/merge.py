@@ -16,8 +16,10 @@ from . import driver, plan as sweep_plan, state as sweep_state
 NO_REASON = {"done": "cells not valid", "running": "still running", "pending": "not run yet", "failed": "unknown"}
 
 
-def _median(stats: Any) -> float | None:
-    return stats.get("median") if isinstance(stats, dict) else None
+def _mean(stats: Any) -> float | None:
+    """An arm's mean over its steady state: the figure the change is taken between (a median beside a change of
+    means can point the other way)."""
+    return stats.get("mean") if isinstance(stats, dict) else None
 
 
 def _report_of(folder: Path, shard_id: str, found: dict[str, Any]) -> dict[str, Any] | None:
@@ -42,8 +44,9 @@ def shard_row(folder: Path, shard, found: dict[str, Any], engine_dir: str | None
                            "overrides": shard.overrides, "repeat": shard.repeat, "gpus": shard.num_gpus,
                            "status": found["status"], "reason": found["reason"], "attempts": found["attempts"],
                            "executor": recorded.get("executor"), "wall_s": recorded.get("wall_s"),
-                           "report_path": None, "verdict": None, "primary_metric": None, "change_pct": None,
-                           "ci_low_pct": None, "ci_high_pct": None, "arms": {}, "cells": [], "valid": False,
+                           "report_path": None, "verdict": None, "verdict_reason": None, "primary_metric": None,
+                           "change_pct": None, "ci_low_pct": None, "ci_high_pct": None, "confidence": None,
+                           "interval_reason": None, "host": None, "arms": {}, "cells": [], "valid": False,
                            "nightly": {}}
     if report is None:
         return row
@@ -53,11 +56,16 @@ def shard_row(folder: Path, shard, found: dict[str, Any], engine_dir: str | None
     comparison = summary.get("comparison") or {}
     metric = comparison.get("primary_metric")
     figures = (comparison.get("metrics") or {}).get(metric) or {}
-    row.update(verdict=comparison.get("verdict"), primary_metric=metric, change_pct=figures.get("change_pct"),
-               ci_low_pct=figures.get("ci_low_pct"), ci_high_pct=figures.get("ci_high_pct"))
+    host = summary.get("host_contention")
+    row.update(verdict=comparison.get("verdict"), verdict_reason=comparison.get("reason"), primary_metric=metric,
+               change_pct=figures.get("change_pct"), ci_low_pct=figures.get("ci_low_pct"),
+               ci_high_pct=figures.get("ci_high_pct"), interval_reason=figures.get("interval_reason"),
+               confidence=(comparison.get("bootstrap") or {}).get("confidence"),
+               host={"sampled_cells": host["sampled_cells"], "contended_cells": host["contended_cells"]}
+               if host else None)
     for arm, stats in (summary.get("arms") or {}).items():
-        row["arms"][arm] = {"e2e_ms": _median(stats.get("e2e_ms")), "denoise_ms": _median(stats.get("denoise_ms")),
-                            "peak_memory_mb": _median(stats.get("peak_memory_mb")),
+        row["arms"][arm] = {"e2e_ms": _mean(stats.get("e2e_ms")), "denoise_ms": _mean(stats.get("denoise_ms")),
+                            "peak_memory_mb": _mean(stats.get("peak_memory_mb")),
                             "memory_kind": stats.get("memory_kind"), "n_valid": stats.get("n_valid"),
                             "n_cells": stats.get("n_cells")}
     row["cells"] = [{"position": c.get("position"), "arm": c.get("arm"), "status": c.get("status"),

@@ -10,22 +10,44 @@ def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}" if isinstance(value, float) else f"{value}{suffix}"
 
 
-def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
+def change_cell(row: dict[str, Any]) -> str:
+    """The shard's one change with its one interval at the confidence its campaign stated, or why it has none."""
+    if row["change_pct"] is None:
+        return "-"
+    if row["ci_low_pct"] is None:
+        return f"{row['change_pct']:+.2f}% ({row['interval_reason'] or 'no interval'})"
+    return (f"{row['change_pct']:+.2f}% ({row['confidence'] * 100:.4g}% interval [{row['ci_low_pct']:+.2f}%, "
+            f"{row['ci_high_pct']:+.2f}%])")
+
+
+def _host_cell(row: dict[str, Any]) -> str:
+    host = row["host"]
+    if not host or not host["sampled_cells"]:
+        return "not sampled"
+    contended = host["contended_cells"]
+    return f"{len(contended)}/{host['sampled_cells']} contended" + (f" (cells {', '.join(map(str, contended))})"
+                                                                     if contended else "")
+
+
+def _shard_name(row: dict[str, Any]) -> str:
+    what = ", ".join(f"{k}={v}" for k, v in sorted(row["overrides"].items())) or "preset as is"
+    return f"{row['id']} ({what})"
+
+
+def markdown(report: dict[str, Any], plots: dict[str, str], absent: dict[str, str]) -> str:
     counts = report["counts"]
     lines = [f"# Sweep {report['name']}", "",
              f"{len(report['shards'])} shards: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     for preset in dict.fromkeys(r["preset"] for r in report["shards"]):
-        lines += [f"## {preset}", "", "| shard | status | verdict | change (95% interval) | arm: latency e2e ms, "
-                  "allocated MB | valid cells | nightly baseline |", "|---|---|---|---|---|---|---|"]
+        lines += [f"## {preset}", "", "| shard (overrides) | status | verdict | change of means | why | arm: mean e2e "
+                  "ms, allocated MB | valid cells | host | nightly baseline |", "|---|---|---|---|---|---|---|---|---|"]
         for row in (r for r in report["shards"] if r["preset"] == preset):
-            interval = "" if row["ci_low_pct"] is None else \
-                f" ({_fmt(row['ci_low_pct'], 2)} .. {_fmt(row['ci_high_pct'], 2)})"
-            change = "-" if row["change_pct"] is None else f"{row['change_pct']:+.2f}%{interval}"
             arms = "; ".join(f"{a}: {_fmt(s['e2e_ms'])}, {_fmt(s['peak_memory_mb'], 0)}"
                              for a, s in row["arms"].items()) or "-"
             valid = sum(c["status"] == "valid" for c in row["cells"])
-            lines.append(f"| {row['id']} | {row['status']} | {row['verdict'] or '-'} | {change} | {arms} | "
-                         f"{valid}/{len(row['cells'])} | {_nightly_cell(row)} |")
+            why = (row["verdict_reason"] or "-").replace("|", "/")
+            lines.append(f"| {_shard_name(row)} | {row['status']} | {row['verdict'] or '-'} | {change_cell(row)} | "
+                         f"{why} | {arms} | {valid}/{len(row['cells'])} | {_host_cell(row)} | {_nightly_cell(row)} |")
         lines.append("")
     if report["failures"]:
         lines += ["## Not finished or not valid", ""]
@@ -37,8 +59,9 @@ def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
                   f"; over: {', '.join(r['over']) or 'e2e'}" for r in report["baseline_regressions"]]
         lines.append("")
     lines += _nightly_section(report)
-    if plots:
+    if plots or absent:
         lines += ["## Latency vs allocated memory", ""] + [f"![{arm}]({Path(p).name})" for arm, p in plots.items()]
+        lines += [f"No plot for arm {arm}: {why}." for arm, why in absent.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -68,33 +91,35 @@ def pareto(points: list[tuple[float, float, str]]) -> list[tuple[float, float, s
     return sorted(p for p in points if not any(q[0] <= p[0] and q[1] <= p[1] and q[:2] != p[:2] for q in points))
 
 
-def plots(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
-    """One PNG per arm: every shard's median E2E against its allocated memory, the Pareto front joined."""
+def plots(report: dict[str, Any], out_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """One PNG per arm that has points: every shard's mean E2E against its allocated memory, the Pareto front
+    joined; and, for each arm without one, why (no empty plot is written)."""
+    arms = dict.fromkeys(a for r in report["shards"] for a in r["arms"])
+    points_of = {arm: [(s["peak_memory_mb"], s["e2e_ms"], r["id"]) for r in report["shards"]
+                       if (s := r["arms"].get(arm)) and s["e2e_ms"] is not None and s["peak_memory_mb"] is not None]
+                 for arm in arms}
+    absent = {arm: "no shard measured allocated memory for it (a CPU run records none)"
+              for arm, points in points_of.items() if not points}
     try:
         import matplotlib
     except ImportError:
-        return {}
+        return {}, {**absent, **{arm: "matplotlib is not installed" for arm in points_of if arm not in absent}}
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    arms = dict.fromkeys(a for r in report["shards"] for a in r["arms"])
     written = {}
-    for arm in arms:
-        points = [(s["peak_memory_mb"], s["e2e_ms"], r["id"]) for r in report["shards"]
-                  if (s := r["arms"].get(arm)) and s["e2e_ms"] is not None and s["peak_memory_mb"] is not None]
+    for arm, points in points_of.items():
+        if not points:
+            continue
         fig, ax = plt.subplots(figsize=(7, 5))
-        if points:
-            ax.scatter([p[0] for p in points], [p[1] for p in points], color="C0")
-            for x, y, name in points:
-                ax.annotate(name, (x, y), fontsize="x-small")
-            front = pareto(points)
-            ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", label="Pareto front")
-            ax.legend(loc="best", fontsize="small")
-        else:
-            ax.text(0.5, 0.5, "no shard measured allocated memory for this arm\n(CPU runs record none)",
-                    ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("allocated memory, median (MB)")
-        ax.set_ylabel("E2E latency, median (ms)")
+        ax.scatter([p[0] for p in points], [p[1] for p in points], color="C0")
+        for x, y, name in points:
+            ax.annotate(name, (x, y), fontsize="x-small")
+        front = pareto(points)
+        ax.plot([p[0] for p in front], [p[1] for p in front], color="C3", label="Pareto front")
+        ax.legend(loc="best", fontsize="small")
+        ax.set_xlabel("allocated memory, mean (MB)")
+        ax.set_ylabel("E2E latency, mean over the steady state (ms)")
         ax.set_title(f"{report['name']}: arm {arm}", fontsize="medium")
         ax.grid(True, alpha=0.3)
         path = out_dir / f"pareto-{arm}.png"
@@ -102,4 +127,4 @@ def plots(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written[arm] = str(path)
-    return written
+    return written, absent
