@@ -110,3 +110,38 @@ def test_each_comparison_states_its_verdict_and_noise_floor(doc):
     assert (FIXTURE / "report.md").read_text(encoding="utf-8").startswith("# Serving A/B")
     plot = FIXTURE / "latency_vs_rate.png"
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_kept_markdown_is_what_the_report_renders_to_in_one_unit(doc):
+    from sgl_diffusion_bench.serving import render
+
+    text = render.markdown(doc)
+    assert (FIXTURE / "report.md").read_text(encoding="utf-8") == text
+    assert "percentiles pooled over every request of the arm" in text and " ms" not in text  # seconds throughout
+    point = doc["load_points"][0]
+    shape = point["shapes"][0]
+    assert f"| {shape['baseline_p50_ms'] / 1000:.3f} | {shape['candidate_p50_ms'] / 1000:.3f} |" in text
+    for m in point["arms"].values():  # rates with the digits that tell two arms apart
+        assert f"| {m['throughput_qps']:.4g} |" in text
+    c = point["comparison"]["latency_p50"]
+    assert c["ci_low_pct"] is not None and f"[{c['ci_low_pct']:+.2f}%, {c['ci_high_pct']:+.2f}%]" in text
+
+
+def test_a_plot_of_concurrency_alone_is_drawn(doc, tmp_path):
+    from sgl_diffusion_bench.serving import render
+
+    only = {**doc, "load_points": [p for p in doc["load_points"] if p["load"]["kind"] != "request_rate"]}
+    assert only["load_points"] and render.plot(only, tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_identity_differences_are_told_per_arm_with_what_they_mean():
+    from sgl_diffusion_bench.serving import metrics, render
+
+    within = metrics.output_identity({"A": {"q1": {"a"}, "q2": {"c"}}, "B": {"q1": {"a", "b"}, "q2": {"c"}}})
+    assert within["unstable_within_arm"] == {"A": [], "B": ["q1"]} and within["differ_between_arms_only"] == []
+    line = render._identity_line({"label": "rate 1/s", "output_identity": within})
+    assert "arm B wrote different bytes for the same request across its own blocks (q1)" in line
+    assert "arm A" not in line and "latency only" in line
+    between = metrics.output_identity({"A": {"q1": {"a"}}, "B": {"q1": {"b"}}})
+    assert between["differ_between_arms_only"] == ["q1"] and not between["identical"]
+    assert "the change alters the output" in render._identity_line({"label": "c1", "output_identity": between})

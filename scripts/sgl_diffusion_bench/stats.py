@@ -350,7 +350,7 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
                 "reason": f"{len(base)} baseline and {len(cand)} candidate cells with {metric}; need 2 each"}
     if has_rounds and len(complete) < min_rounds:
         return {**result, "verdict": "insufficient_data",
-                "reason": f"{len(complete)} round(s) with both arms; need {min_rounds} ({interval})"}
+                "reason": f"{len(complete)} round(s) with both arms; need {min_rounds}"}
 
     spreads = {arm: describe([_metric(c, metric) for c in group])["cv_pct"] for arm, group in
                ((baseline, base), (candidate, cand))}
@@ -359,7 +359,7 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
         worst = max(noisy, key=noisy.get)
         return {**result, "verdict": "insufficient_data",
                 "reason": f"unstable: {metric} varies by CV {noisy[worst]:.1f}% in arm {worst!r} (limit "
-                          f"{MAX_CV_PCT:g}%), too noisy for any verdict; {interval}"}
+                          f"{MAX_CV_PCT:g}%): too noisy for any verdict"}
 
     round_changes = [v for v in result["round_changes_pct"] if v is not None]
     all_down, all_up = all(v < 0 for v in round_changes), all(v > 0 for v in round_changes)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Re-derive the statistics of kept bench reports from their stored cells, after the statistics code changed.
+"""Re-derive the statistics of kept bench (and serving) reports from what they measured, after the statistics code
+changed.
 
 A kept report (tests/fixtures) holds what was measured (the cells: each request's perf figures, judged from its own
 logs) and what was derived from it (summary.arms, summary.comparison, the sequential rule's looks). When the way a
@@ -64,6 +65,26 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def rederive_serving(doc: dict[str, Any]) -> dict[str, Any]:
+    """A serving-report.v1: each load point's comparison and per-shape changes from its stored blocks (their
+    per-request results), as serving/run.py derives them."""
+    import dataclasses
+
+    from sgl_diffusion_bench.serving import load, verdict
+
+    fields = {f.name for f in dataclasses.fields(load.RequestResult)}
+    settings = doc["settings"]
+    options = dict(threshold_pct=settings["threshold_pct"], resamples=settings["resamples"], seed=settings["seed"],
+                   confidence=settings["confidence"], min_rounds=settings["min_rounds"])
+    for point in doc["load_points"]:
+        blocks = [{**b, "duration": b["metrics"]["duration"],
+                   "requests": [load.RequestResult(**{k: v for k, v in r.items() if k in fields})
+                                for r in b["requests"]]} for b in point["blocks"]]
+        point["comparison"] = verdict.compare(blocks, **options)
+        point["shapes"] = verdict.shape_changes(blocks, **options)
+    return doc
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -87,6 +108,13 @@ def main() -> int:
     args = parser.parse_args()
     for path in args.reports:
         before = json.loads(path.read_text(encoding="utf-8"))
+        if before.get("schema") == "serving-report.v1":
+            doc = rederive_serving(json.loads(path.read_text(encoding="utf-8")))
+            assert doc["load_points"][0]["blocks"] == before["load_points"][0]["blocks"]
+            assert not contract.validation_errors(doc, "serving-report.v1")
+            path.write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+            print(f"{path}: serving, {len(doc['load_points'])} load points", file=sys.stderr)
+            continue
         markdown = path.with_suffix(".md")  # the report's own Markdown, where it is kept
         doc = rederive(json.loads(path.read_text(encoding="utf-8")))
         assert doc["cells"] == before["cells"], f"{path}: the measured cells changed"

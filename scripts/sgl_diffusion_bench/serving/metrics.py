@@ -60,16 +60,13 @@ def pooled(blocks: Sequence[Sequence[RequestResult]], durations: Sequence[float]
 
 
 def output_identity(arm_hashes: dict[str, dict[str, set[str]]]) -> dict[str, Any]:
-    """Per request id, whether every output of both arms had the same bytes. ``arm_hashes``: arm -> request id ->
-    the set of output hashes seen."""
+    """Per request id, whether every output of both arms had the same bytes, and where they did not: within an arm
+    (its own outputs vary across blocks) or only between the arms (each arm stable, the two apart). ``arm_hashes``:
+    arm -> request id -> the set of output hashes seen."""
     ids = sorted(set().union(*(set(h) for h in arm_hashes.values())))
-    differ, unstable = [], []
-    for request_id in ids:
-        seen = [arm_hashes[arm].get(request_id, set()) for arm in arm_hashes]
-        if any(len(s) > 1 for s in seen):
-            unstable.append(request_id)
-        if len(set().union(*seen)) > 1:
-            differ.append(request_id)
+    unstable = {arm: [i for i in ids if len(hashes.get(i, set())) > 1] for arm, hashes in arm_hashes.items()}
+    differ = [i for i in ids if len(set().union(*(h.get(i, set()) for h in arm_hashes.values()))) > 1]
+    between = [i for i in differ if not any(i in ids_ for ids_ in unstable.values())]
     compared = [i for i in ids if all(arm_hashes[arm].get(i) for arm in arm_hashes)]
     return {"compared_requests": len(compared), "identical": not differ and bool(compared),
-            "differing_request_ids": differ, "unstable_within_arm": unstable}
+            "differing_request_ids": differ, "unstable_within_arm": unstable, "differ_between_arms_only": between}

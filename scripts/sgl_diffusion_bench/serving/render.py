@@ -1,5 +1,5 @@
-"""The serving report's Markdown and its latency-vs-request-rate plot (one line per arm at p50 and p99, the band
-between them filled). Reads only the serving-report.v1 document."""
+"""The serving report's Markdown and its latency-by-load plot (every load point, per arm the pooled p50 with the blocks'
+spread and the pooled p99). Reads only the serving-report.v1 document; one unit (seconds) in every latency table."""
 
 from __future__ import annotations
 
@@ -33,54 +33,84 @@ def markdown(doc: Mapping[str, Any]) -> str:
         flags = " ".join(info["args"]) or "(no extra flags)"
         lines.append(f"- arm {arm}: `{flags}` — {info['status']}, healthy after {_s(info['healthy_after_s'], 1)} s, "
                      f"log `{info['log']}`")
-    lines += ["", "## Latency and throughput (seconds; names as in sglang's bench_serving)", "",
+    lines += ["", "## Latency and throughput (s; percentiles pooled over every request of the arm at the load; "
+              "names as in sglang's bench_serving)", "",
               "| load | arm | p50 | p90 | p95 | p99 | mean | throughput_qps | goodput_qps | failed |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for point in doc["load_points"]:
         for arm, m in point["arms"].items():
             lines.append(f"| {point['label']} | {arm} | {_s(m['latency_p50'])} | {_s(m['latency_p90'])} | "
                          f"{_s(m['latency_p95'])} | {_s(m['latency_p99'])} | {_s(m['latency_mean'])} | "
-                         f"{_s(m['throughput_qps'], 2)} | {_s(m.get('goodput_qps'), 2)} | {m['failed_requests']} |")
+                         f"{_g(m['throughput_qps'])} | {_g(m.get('goodput_qps'))} | {m['failed_requests']} |")
     contended = [f"{p['label']}: {len(p['contended_blocks'])}/{len(p['blocks'])}" for p in doc["load_points"]
                  if p["contended_blocks"]]
     if contended:
         lines += ["", "Blocks run while other processes kept the host busy (their spread is not the change's): "
                   + "; ".join(contended) + "."]
-    lines += ["", "## Verdicts (B against A, bootstrap over blocks)", "",
-              "| load | metric | change (mean of blocks) | interval | verdict | noise floor (min. detectable) | why |",
+    conf = f"{doc['settings']['confidence'] * 100:.4g}%"
+    lines += ["", f"## Verdicts (B against A: the change of the mean over blocks of each block's figure, {conf} "
+              "interval by bootstrap over blocks)", "",
+              "| load | metric | change | interval | verdict | noise floor (min. detectable) | why |",
               "|---|---|---|---|---|---|---|"]
     for point in doc["load_points"]:
         for name, _ in VERDICT_METRICS:
             c = point["comparison"][name]
             floor = c["noise_floor"]
-            interval = "—" if c["ci_low_pct"] is None else f"[{_pct(c['ci_low_pct'])}, {_pct(c['ci_high_pct'])}]"
-            lines.append(f"| {point['label']} | {name} | {_pct(c['change_pct'])} | {interval} | {c['verdict']} | "
+            lines.append(f"| {point['label']} | {name} | {_pct(c['change_pct'])} | {_interval(c)} | {c['verdict']} | "
                          f"{_s(floor.get('min_detectable_effect_pct'), 2)}% | {c['reason']} |")
-    lines += ["", "## Per shape (median latency, ms, B against A)", "",
-              "| load | shape | requests | A p50 | B p50 | change | interval | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Per shape (s: the mean over blocks of each block's p50 for that shape; B against A)", "",
+              "| load | shape | requests | A | B | change | interval | verdict |", "|---|---|---|---|---|---|---|---|"]
     for point in doc["load_points"]:
         for row in point["shapes"]:
-            interval = "—" if row["ci_low_pct"] is None else f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
-            lines.append(f"| {point['label']} | {row['shape']} | {row['requests']} | {_s(row['baseline_p50_ms'], 1)} | "
-                         f"{_s(row['candidate_p50_ms'], 1)} | {_pct(row['change_pct'])} | {interval} | "
-                         f"{row['verdict']} |")
-    lines += ["", "## Output identity", ""]
-    for point in doc["load_points"]:
-        ident = point["output_identity"]
-        lines.append(f"- {point['label']}: {'identical' if ident['identical'] else 'DIFFERENT'} over "
-                     f"{ident['compared_requests']} request id(s)" +
-                     (f"; differing: {', '.join(ident['differing_request_ids'])}" if ident["differing_request_ids"]
-                      else ""))
+            lines.append(f"| {point['label']} | {row['shape']} | {row['requests']} | "
+                         f"{_s(_seconds(row['baseline_p50_ms']))} | {_s(_seconds(row['candidate_p50_ms']))} | "
+                         f"{_pct(row['change_pct'])} | {_interval(row)} | {row['verdict']} |")
+    lines += ["", "## Output identity", "", *(_identity_line(point) for point in doc["load_points"])]
     if doc.get("plot"):
-        lines += ["", f"![latency vs request rate]({Path(doc['plot']).name})"]
+        lines += ["", f"![latency vs load]({Path(doc['plot']).name})"]
     return "\n".join(lines) + "\n"
 
 
+def _g(value: float | None) -> str:
+    """Four significant figures: enough that two rates a change sets apart never print alike."""
+    return "—" if value is None else f"{value:.4g}"
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+def _interval(row: Mapping[str, Any]) -> str:
+    if row["ci_low_pct"] is None:
+        return row.get("interval_reason") or "—"
+    return f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
+
+
+def _identity_line(point: Mapping[str, Any]) -> str:
+    """Where outputs differ, and what that means for the verdict: a difference between the arms is the change
+    altering outputs; one within an arm is that arm's own nondeterminism, which no comparison can see past."""
+    ident = point["output_identity"]
+    head = f"- {point['label']}: over {ident['compared_requests']} request id(s)"
+    if ident["identical"]:
+        return f"{head}, every output of both arms has the same bytes."
+    parts = []
+    for arm, ids in ident["unstable_within_arm"].items():
+        if ids:
+            parts.append(f"arm {arm} wrote different bytes for the same request across its own blocks "
+                         f"({', '.join(ids)}): its outputs are not reproducible under its settings (batching or "
+                         "scheduling can change numerics), so no byte comparison with the other arm means anything")
+    if ident["differ_between_arms_only"]:
+        parts.append(f"each arm is stable but the arms differ ({', '.join(ident['differ_between_arms_only'])}): the "
+                     "change alters the output, so the latency verdict compares two different computations; claim a "
+                     "speed-up only with a quality check that accepts the difference")
+    return f"{head}, outputs differ: " + "; ".join(parts) + ". The timing verdict above is about latency only."
+
+
 def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
-    """p50 and p99 latency against the request rate, per arm; None when no open-loop load point ran."""
-    rated = [p for p in doc["load_points"] if p["load"]["kind"] == "request_rate"]
-    if not rated:
+    """Every load point (request rates and concurrency alike, in run order), per arm: the pooled p50 with the spread
+    of the blocks' p50s (min to max) as an error bar, and the pooled p99. None without a load point."""
+    points = doc["load_points"]
+    if not points:
         return None
     import matplotlib
 
@@ -88,17 +118,25 @@ def plot(doc: Mapping[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.15
     for i, arm in enumerate(doc["arms"]):
-        rows = sorted((p["load"]["value"], p["arms"][arm]["latency_p50"], p["arms"][arm]["latency_p99"])
-                      for p in rated if p["arms"][arm]["latency_p50"] is not None)
-        if not rows:
-            continue
-        rates, p50, p99 = zip(*rows, strict=True)
-        ax.plot(rates, p50, marker="o", color=f"C{i}", label=f"{arm} p50")
-        ax.plot(rates, p99, marker="^", linestyle="--", color=f"C{i}", label=f"{arm} p99")
-        ax.fill_between(rates, p50, p99, color=f"C{i}", alpha=0.15)
-    ax.set_xlabel("request rate (requests/s)")
-    ax.set_ylabel("latency (s)")
+        for x, point in enumerate(points):
+            pooled = point["arms"][arm]
+            blocks = [b["metrics"]["latency_p50"] for b in point["blocks"] if b["arm"] == arm
+                      and b["metrics"]["latency_p50"] is not None]
+            if pooled["latency_p50"] is None or not blocks:
+                continue
+            at = x + (i - 0.5) * 2 * width
+            p50 = pooled["latency_p50"]
+            ax.errorbar([at], [p50], yerr=[[p50 - min(blocks)], [max(blocks) - p50]], marker="o", color=f"C{i}",
+                        capsize=3, label=f"{arm} p50 (bar: blocks' p50 min-max)" if x == 0 else None)
+            if pooled["latency_p99"] is not None:
+                ax.plot([at], [pooled["latency_p99"]], marker="^", color=f"C{i}", linestyle="none",
+                        label=f"{arm} p99" if x == 0 else None)
+    ax.set_xticks(range(len(points)))
+    ax.set_xticklabels([p["label"] for p in points], fontsize="small")
+    ax.set_xlabel("load point (request rate or concurrency, in run order)")
+    ax.set_ylabel("latency (s), pooled over the arm's requests")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     ax.set_title(f"serving A/B: {doc['verdict']}", fontsize="medium")

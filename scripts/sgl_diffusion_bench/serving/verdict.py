@@ -78,5 +78,6 @@ def shape_changes(blocks: Sequence[Mapping[str, Any]], *, threshold_pct: float, 
         out.append({"shape": shape, "requests": sum(1 for b in blocks for r in b["requests"] if r.shape == shape),
                     "baseline_p50_ms": change["baseline_mean"], "candidate_p50_ms": change["candidate_mean"],
                     "change_pct": change["change_pct"], "ci_low_pct": change["ci_low_pct"],
-                    "ci_high_pct": change["ci_high_pct"], "verdict": change["verdict"]})
+                    "ci_high_pct": change["ci_high_pct"], "interval_reason": change["interval_reason"],
+                    "verdict": change["verdict"]})
     return out
