@@ -50,9 +50,9 @@ def _change(cells: Sequence[Cell], comparison: Mapping[str, Any] | None, metric:
                                  seed=boot["seed"], confidence=boot["confidence"], min_rounds=comparison["min_rounds"],
                                  exclude=comparison["discarded_cells"])
     if identical is False:
-        change["verdict"] = validity.OUTPUTS_DIFFER
-        change["reason"] = "this request's outputs differ between the arms where its quality level promises the " \
-                           "same bytes, so no timing of it is a speedup"
+        change.update(verdict=validity.OUTPUTS_DIFFER, advice=None,
+                      reason="this request's outputs differ between the arms where its quality level promises the "
+                             "same bytes, so no timing of it is a speedup")
     return change
 
 

@@ -47,8 +47,7 @@ def decision_rule(threshold_pct: float, confidence: float, min_rounds: int) -> s
 
 def used_cells(cells: Iterable[Cell], arm: str | None = None, steady: bool = True) -> list[Cell]:
     """Valid cells with a perf object; ``steady``: less each warm engine's first measured request (steady_state)."""
-    cells = list(cells)
-    apart = steady_state.excluded(cells) if steady else set()
+    apart = steady_state.excluded(cells := list(cells)) if steady else set()
     return [c for c in cells if c.valid and c.perf and (arm is None or c.arm == arm) and c.index not in apart]
 
 
@@ -297,24 +296,27 @@ def change_interval(base: Sequence[Cell], cand: Sequence[Cell], metric: str, *, 
         return None, None, (f"no interval: {len(base)} baseline and {len(cand)} candidate cells with {metric}; an "
                             "interval needs 2 each")
     rounds = sorted({c.round for c in base if c.round is not None} & {c.round for c in cand if c.round is not None})
-    if rounds:
-        base_strata = [[_metric(c, metric) for c in base if c.round == r] for r in rounds]
-        cand_strata = [[_metric(c, metric) for c in cand if c.round == r] for r in rounds]
-        if sum(map(len, base_strata)) < 2 or sum(map(len, cand_strata)) < 2:
-            base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
-    else:
+    base_strata = [[_metric(c, metric) for c in base if c.round == r] for r in rounds]
+    cand_strata = [[_metric(c, metric) for c in cand if c.round == r] for r in rounds]
+    if sum(map(len, base_strata)) < 2 or sum(map(len, cand_strata)) < 2:  # no round with both arms: pooled
         base_strata, cand_strata = [[_metric(c, metric) for c in base]], [[_metric(c, metric) for c in cand]]
     low, high = _bootstrap_interval(base_strata, cand_strata, resamples=resamples, seed=seed, confidence=confidence)
     return low, high, None
 
 
-def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str, *,
-                  threshold_pct: float = DEFAULT_THRESHOLD_PCT, resamples: int = DEFAULT_RESAMPLES,
-                  seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE,
-                  min_rounds: int = DEFAULT_MIN_ROUNDS, exclude: Iterable[int] = ()) -> dict[str, Any]:
-    """The change of one metric from baseline to candidate (relative change of the steady-state means), its one
-    interval (change_interval: given whenever each arm has 2 cells, whatever the verdict), per-round changes (a
-    secondary figure: did every round move the same way) and the verdict."""
+def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str, **options: Any
+                  ) -> dict[str, Any]:
+    """The change of one metric (relative change of the steady-state means), its one interval (change_interval),
+    per-round changes (secondary: did every round agree), the verdict, and the advice when there is none."""
+    result = _judged_change(cells, baseline, candidate, metric, **options)
+    result["advice"] = advice_for(result)
+    return result
+
+
+def _judged_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: str, *,
+                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, resamples: int = DEFAULT_RESAMPLES,
+                   seed: int = DEFAULT_SEED, confidence: float = DEFAULT_CONFIDENCE,
+                   min_rounds: int = DEFAULT_MIN_ROUNDS, exclude: Iterable[int] = ()) -> dict[str, Any]:
     excluded = set(exclude)
     pick = [c for c in used_cells(cells) if c.index not in excluded and _metric(c, metric) is not None]
     base = [c for c in pick if c.arm == baseline]
@@ -366,8 +368,8 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
     result["rounds_same_direction"] = all_down or all_up if round_changes else None
     if not has_rounds:
         interval += " (no rounds: that the change repeats is not established)"
-    faster = "every round is faster" if has_rounds else "no rounds to repeat it"
-    slower = "every round is slower" if has_rounds else "no rounds to repeat it"
+    faster, slower = (("every round is faster", "every round is slower") if has_rounds
+                      else ("no rounds to repeat it",) * 2)
     if high < -threshold_pct and all_down:
         verdict, reason = "improved", f"{interval} is below -{threshold_pct:g}% ({faster})"
     elif low > threshold_pct and all_up:
@@ -380,8 +382,7 @@ def metric_change(cells: Sequence[Cell], baseline: str, candidate: str, metric: 
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return safe_mean(vals) if vals else None
+    return safe_mean(vals) if (vals := [v for v in values if v is not None]) else None
 
 
 def _change_of(base: Mapping[str, Any], cand: Mapping[str, Any]) -> dict[str, Any]:
@@ -402,7 +403,6 @@ def compare_arms(cells: Sequence[Cell], baseline: str, candidate: str, arms: Map
                    min_rounds=min_rounds, exclude=discarded)
     metrics = {m: metric_change(cells, baseline, candidate, m, **options) for m in METRICS}
     for m in metrics.values():
-        m["advice"] = advice_for(m)
         m["next_step"] = advice.render(m["advice"], command)
     pick = [c for c in used_cells(cells) if c.index not in discarded]
     rounds = []

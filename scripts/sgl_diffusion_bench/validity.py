@@ -49,9 +49,9 @@ def apply_to_comparison(comparison: MutableMapping[str, Any] | None,
     named = "; ".join(quality.identity_reason(c, m) for c in checks for m in c["mismatches"][:2]) or \
         "identity-level cells have no outputs to compare"
     reason = (f"outputs differ where the quality level promises the same bytes, so no timing is a speedup: {named}")
-    comparison["verdict"] = OUTPUTS_DIFFER
+    comparison.update(verdict=OUTPUTS_DIFFER, advice=None, next_step=None)  # no timing advice helps here
     for metric in comparison["metrics"].values():
-        metric["verdict"], metric["reason"] = OUTPUTS_DIFFER, reason
+        metric.update(verdict=OUTPUTS_DIFFER, reason=reason, advice=None, next_step=None)
     return comparison
 
 
