@@ -129,6 +129,9 @@ def test_same_only_inside_the_band_it_states():
     assert e2e["ci_low_pct"] < -1.5 < e2e["ci_high_pct"] and cmp["e2e_ms"]["status"] == "unclear"
     assert denoise["ci_high_pct"] < -1.5 and cmp["denoise_ms"]["status"] == "faster"
     assert next(r for r in cmp["stages"] if r["name"] == "DenoisingStage")["status"] == "faster"
+    assert cmp["measured_over"] == "every_dump_given"  # a different quantity from a campaign's steady state
+    assert "over every dump given" in perf_compare.render_markdown(
+        perf_compare.compare_groups(base, cand, "device"))
     wide = perf_compare.compare_groups(base, cand, "device", threshold_pct=50.0)["comparisons"][0]
     assert wide["e2e_ms"]["status"] == "same"  # the whole interval inside +/-50 %
 

@@ -16,7 +16,8 @@ def title(camp: Mapping[str, Any]) -> str:
     if not comparison:
         return "no verdict: the campaign compared no two arms"
     metric = comparison["primary_metric"]
-    return f"verdict: {comparison['verdict']} — {metric} {perf_compare.change_with_interval(comparison, metric)}"
+    label = {"e2e_ms": "E2E", "denoise_ms": "Denoise"}.get(metric, metric)  # a change in %, whatever the axis unit
+    return f"verdict: {comparison['verdict']} — {label} change {perf_compare.change_with_interval(comparison, metric)}"
 
 
 def render(camp: Mapping[str, Any], path: Path) -> Path:
