@@ -234,16 +234,22 @@ def _outliers_by_file(arms: Mapping[str, Any], files: Sequence[Mapping[str, Any]
     return lines + ([""] if lines else [])
 
 
-def change_with_interval(comparison: Mapping[str, Any], metric: str) -> str:
-    """The one change of ``metric`` with its one interval at the comparison's confidence, as every surface prints
-    it: "+4.200% (95% interval [+1.000%, +7.000%])", or the change and why it has no interval."""
-    m = comparison["metrics"][metric]
-    if m["change_pct"] is None:
+def change_text(change_pct: float | None, low: float | None, high: float | None, confidence: float | None,
+                interval_reason: str | None, digits: int = 3) -> str:
+    """One change with its one interval, as every surface prints it: "+4.200% (95% interval [+1.000%, +7.000%])",
+    or the change and why it has no interval."""
+    if change_pct is None:
         return "n/a"
-    if m["ci_low_pct"] is None:
-        return f"{m['change_pct']:+.3f}% ({m.get('interval_reason') or 'no interval'})"
-    return (f"{m['change_pct']:+.3f}% ({comparison['bootstrap']['confidence'] * 100:.4g}% interval "
-            f"[{m['ci_low_pct']:+.3f}%, {m['ci_high_pct']:+.3f}%])")
+    if low is None or high is None or confidence is None:
+        return f"{change_pct:+.{digits}f}% ({interval_reason or 'no interval'})"
+    return f"{change_pct:+.{digits}f}% ({confidence * 100:.4g}% interval [{low:+.{digits}f}%, {high:+.{digits}f}%])"
+
+
+def change_with_interval(comparison: Mapping[str, Any], metric: str) -> str:
+    """change_text of ``metric`` in a comparison, at the comparison's confidence."""
+    m = comparison["metrics"][metric]
+    return change_text(m["change_pct"], m["ci_low_pct"], m["ci_high_pct"], comparison["bootstrap"]["confidence"],
+                       m.get("interval_reason"))
 
 
 def render_statistics(comparison: Mapping[str, Any], arms: Mapping[str, Any]) -> list[str]:

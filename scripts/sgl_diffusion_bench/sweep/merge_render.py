@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .. import perf_compare
+
 
 def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}" if isinstance(value, float) else f"{value}{suffix}"
@@ -14,10 +16,8 @@ def change_cell(row: dict[str, Any]) -> str:
     """The shard's one change with its one interval at the confidence its campaign stated, or why it has none."""
     if row["change_pct"] is None:
         return "-"
-    if row["ci_low_pct"] is None:
-        return f"{row['change_pct']:+.2f}% ({row['interval_reason'] or 'no interval'})"
-    return (f"{row['change_pct']:+.2f}% ({row['confidence'] * 100:.4g}% interval [{row['ci_low_pct']:+.2f}%, "
-            f"{row['ci_high_pct']:+.2f}%])")
+    return perf_compare.change_text(row["change_pct"], row["ci_low_pct"], row["ci_high_pct"], row["confidence"],
+                                    row["interval_reason"], digits=2)
 
 
 def _host_cell(row: dict[str, Any]) -> str:
