@@ -8,6 +8,7 @@ _ = ExitCode.OK  # contract.ExitCode: exit status 0, part of the documented cont
 _ = signum  # cli/_runner.py: the signal handler's required signature
 _ = negative_prompt_summary  # presets.Preset: a field every presets.yaml entry may carry (schema presets.v1)
 _ = render_error_table  # named by string in doc_tables.RENDERERS
+_ = render_layer_table  # named by string in doc_tables.RENDERERS (CONTRIBUTING.md)
 _ = build_tiny_flux  # tiny_model.py calls it by name in a child interpreter
 _ = log_message  # tests/test_assets.py: http.server's hook, silenced
 _ = do_HEAD  # tests/test_readiness.py: http.server dispatches HEAD requests to it

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS
-from sgl_diffusion_bench import error_codes
+from sgl_diffusion_bench import error_codes, package_order
 
 PACKAGE = SCRIPTS / "sgl_diffusion_bench"
 MAX_MODULE_LINES = 450
@@ -87,6 +87,59 @@ def test_the_cycle_finder_finds_a_cycle():
 def oversized(modules: dict[str, Path]) -> dict[str, int]:
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()}
     return {name: size for name, size in sizes.items() if size > MAX_MODULE_LINES}
+
+
+def _relative(module: str) -> str:
+    """``sgl_diffusion_bench.evidence.verify`` as package_order names it: ``evidence/verify``."""
+    return module.partition(".")[2].replace(".", "/") or "__init__"
+
+
+def test_every_module_has_one_place_in_the_package_order():
+    order = package_order.load()
+    unplaced = sorted(m for m in _modules() if order.place(_relative(m)) is None)
+    assert unplaced == []
+    listed = [m for layer in order.layers for mods in (layer.get("rooms") or {"": layer.get("modules")}).values()
+              for m in mods]
+    existing = {_relative(m) for m in _modules()} | {_relative(m).split("/")[0] + "/" for m in _modules()}
+    assert len(listed) == len(set(listed)) and set(listed) <= existing  # each once, none that is gone
+
+
+def test_imports_follow_the_package_order():
+    order = package_order.load()
+    wrong = sorted((_relative(a), _relative(b)) for a, targets in import_graph().items() for b in targets
+                   if not order.allows(order.place(_relative(a)), order.place(_relative(b))))
+    assert wrong == [], "an import up the layers or between peer rooms; see data/package_order.yaml"
+
+
+def test_the_order_check_refuses_an_upward_and_a_sideways_import():
+    order = package_order.load()
+    stats, cli, evidence, sweep = (order.place(m) for m in ("stats", "cli/bench", "evidence/verify", "sweep/merge"))
+    assert order.allows(cli, stats) and not order.allows(stats, cli)
+    assert not order.allows(evidence, sweep) and not order.allows(sweep, evidence)
+
+
+def private_reads() -> set[str]:
+    """'module: expression' for every read of another object's private member and every private name imported
+    from another module (a package-private module imported by its siblings is its package's own)."""
+    found = set()
+    for name, path in _modules().items():
+        module = _relative(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.add(f"{module}: {ast.unparse(node.value)}.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE.name)):
+                sibling_modules = {p.stem for p in path.parent.glob("_*.py")} if node.level == 1 and not node.module \
+                    else set()
+                found |= {f"{module}: import {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__") and a.name not in sibling_modules}
+    return found
+
+
+def test_private_members_are_read_only_where_the_allow_list_says_and_it_only_shrinks():
+    allowed, found = package_order.load().private_access, private_reads()
+    assert sorted(found - allowed) == [], "a new read of a private member: make it public or keep it inside"
+    assert sorted(allowed - found) == [], "gone from the code: take it off private_access in package_order.yaml"
 
 
 def test_no_module_is_over_the_size_limit(tmp_path):

@@ -20,13 +20,14 @@ RENDERERS = {
     "presets": "sgl_diffusion_bench.presets:render_preset_table",
     "fast-path-families": "sgl_diffusion_bench.fast_paths:render_family_table",
     "error-codes": "sgl_diffusion_bench.error_codes:render_error_table",
+    "package-order": "sgl_diffusion_bench.package_order:render_layer_table",  # CONTRIBUTING.md
     # README.md: every script in scripts/; reference/options.md: each one's options, from its own parser
     "scripts": "sgl_diffusion_bench.cli.options_reference:render_script_list",
     **{f"options-{cli}": f"sgl_diffusion_bench.cli.options_reference:render:{cli}"
        for cli in entry_points().values()},
 }
-DOCS = ("README.md", "SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md", "reference/presets.md",
-        "reference/troubleshooting.md", "reference/options.md")
+DOCS = ("README.md", "CONTRIBUTING.md", "SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md",
+        "reference/presets.md", "reference/troubleshooting.md", "reference/options.md")
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)"
                    r"(<!-- END GENERATED: (?P=name) -->)", re.S)
 
