@@ -13,7 +13,7 @@ from ..trace.analyses.classify import classify_trace
 from ..trace.load import load_trace
 from ..trace.profile_table import profile_table
 from ..trace.summary import trace_info
-from .steps import Context, Outcome, _model_flags, write_document
+from .steps import Context, Outcome, model_flags, write_document
 
 ARMS = ("baseline", "candidate")
 TOP_KERNELS = 15
@@ -30,7 +30,7 @@ def _arm_request(ctx: Context, arm: str) -> profile_run.ProfileRequest:
 
 def _arm_command(ctx: Context, arm: str) -> str:
     request = _arm_request(ctx, arm)
-    argv = ["python3", "scripts/profile_diffusion.py", *_model_flags(ctx.request), "--label", request.label,
+    argv = ["python3", "scripts/profile_diffusion.py", *model_flags(ctx.request), "--label", request.label,
             "--all-stages", "--num-profiled-timesteps", str(request.num_profiled_timesteps), "--output-dir",
             "profile"]
     if request.breakable_cuda_graph:

@@ -51,7 +51,7 @@ def write_document(path: Path, doc: dict[str, Any]) -> None:
     fileio.atomic_write_text(path, contract.dumps(doc) + "\n")
 
 
-def _model_flags(request: EvidenceRequest) -> list[str]:
+def model_flags(request: EvidenceRequest) -> list[str]:
     flags = ["--model", request.model]
     if request.model_path:
         flags += ["--model-path", request.model_path]
@@ -97,7 +97,7 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
 
 def campaign_command(ctx: Context) -> str:
     req = ctx.request
-    argv = ["python3", "scripts/bench_diffusion_denoise.py", *_model_flags(req), "--campaign", campaign_mode(req),
+    argv = ["python3", "scripts/bench_diffusion_denoise.py", *model_flags(req), "--campaign", campaign_mode(req),
             "--engine", "warm", "--until-verdict", "--budget-rounds", str(req.budget_rounds), "--samples",
             str(req.samples), "--threshold-pct", f"{req.threshold_pct:g}", "--label", "evidence", "--output-dir",
             "campaign"]
@@ -168,7 +168,7 @@ def bcg_replay_step(ctx: Context) -> Outcome:
                                                                                   build=True), echo=False,
                                  extra_args=ctx.request.common_args)
     write_document(folder / "bcg-replay.json", doc)
-    command = shlex.join(["python3", "scripts/bench_diffusion_denoise.py", *_model_flags(ctx.request),
+    command = shlex.join(["python3", "scripts/bench_diffusion_denoise.py", *model_flags(ctx.request),
                           "--bcg-replay", *([f"--extra-args={shlex.join(ctx.request.common_args)}"]
                                             if ctx.request.common_args else []), "--json"])
     return Outcome("done" if doc["ok"] else "failed", None if doc["ok"] else "; ".join(doc["problems"]),

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import contract
-from .layout import MANIFEST_NAME, MARKER_NAME, _marker_ok, resolve_root
+from .layout import MANIFEST_NAME, MARKER_NAME, marker_ok, resolve_root
 from .ledger import open_ledger, write_line, owner_field
 from .ownership import check_run_files
-from .tree import TreeEntry, _read_manifest, compute_stats, fingerprint_tree, hf_scan, walk_tree
+from .tree import TreeEntry, read_manifest, compute_stats, fingerprint_tree, hf_scan, walk_tree
 
 RESIDUAL_SAMPLE_LIMIT = 50
 EXIT_REASONS = ("success", "error", "interrupted", "outputs_differ", "reclaimed")
@@ -55,7 +55,7 @@ class CleanupPlan:
 
 def _resolve_child(root: str | Path, child: str | Path) -> tuple[Path, Path]:
     resolved_root = resolve_root(root)
-    if not _marker_ok(resolved_root):
+    if not marker_ok(resolved_root):
         raise contract.PreconditionError(
             "cache.root_not_marked", f"{resolved_root} has no {MARKER_NAME} ownership marker",
             "only roots created by 'cleanup_model_cache.py prepare' can be cleaned; nothing was deleted")
@@ -80,7 +80,7 @@ def plan_cleanup(root: str | Path, child: str | Path) -> CleanupPlan:
     """Check ownership and measure the child; touches nothing."""
     resolved_root, child_path = _resolve_child(root, child)
     entries = tuple(walk_tree(child_path))
-    manifest = _read_manifest(child_path)
+    manifest = read_manifest(child_path)
     if manifest is None and any(e.kind != "dir" for e in entries):
         raise contract.PreconditionError(
             "cache.child_not_ours", f"{child_path} holds files but no {MANIFEST_NAME}: not a generated child",

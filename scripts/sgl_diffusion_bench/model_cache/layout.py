@@ -82,7 +82,7 @@ def resolve_seed_hub(seed: str | Path) -> Path:
                               "pass the HF home (e.g. ~/.cache/huggingface) or its hub/ directory as --seed-cache")
 
 
-def _marker_ok(root: Path) -> bool:
+def marker_ok(root: Path) -> bool:
     marker = root / MARKER_NAME
     try:
         st = marker.lstat()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import contract, fileio
-from .layout import (MANIFEST_NAME, MARKER_NAME, MARKER_TEXT, _marker_ok, cache_environment, child_name,
+from .layout import (MANIFEST_NAME, MARKER_NAME, MARKER_TEXT, marker_ok, cache_environment, child_name,
                      resolve_root, resolve_seed_hub)
 from .ownership import HOLDERS, RunLock, holder_record, take_run_lock
 from .tree import fingerprint_tree
@@ -168,7 +168,7 @@ def _claim_root(root: Path) -> bool:
     """Create the root with our marker, or adopt an existing empty one; an unmarked non-empty root is refused."""
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    if _marker_ok(root):
+    if marker_ok(root):
         return created
     if any(root.iterdir()):
         raise contract.PreconditionError(

@@ -10,11 +10,11 @@ from typing import Any
 
 from .. import contract, fileio
 from .cleanup import cleanup_child_cache
-from .layout import MANIFEST_NAME, _marker_ok, resolve_root
+from .layout import MANIFEST_NAME, marker_ok, resolve_root
 from .ledger import append_to_ledger, owner_field
 from .ownership import dead_run_lock, handed_to_user
 from .prepare import PreparedCache
-from .tree import _read_manifest
+from .tree import read_manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,13 +46,13 @@ def reclaim_stale_children(root: str | Path, ledger_path: str | Path) -> Reclaim
         resolved = resolve_root(root)
     except contract.ToolError:
         return Reclaim((), ())
-    if not resolved.is_dir() or not _marker_ok(resolved):
+    if not resolved.is_dir() or not marker_ok(resolved):
         return Reclaim((), ())
     cleaned, kept = [], []
     for child in sorted(resolved.iterdir()):
         if child.is_symlink() or not child.is_dir():
             continue
-        manifest = _read_manifest(child)
+        manifest = read_manifest(child)
         if manifest is None:
             continue  # not one of our children: never touched, nothing to say
         with dead_run_lock(child, manifest) as why:
@@ -97,7 +97,7 @@ def finish_run_child(prepared: PreparedCache, *, cleanup: bool, reason: str, led
             if exc.code != "cache.foreign_files":
                 raise
             _hand_over(prepared)
-            entry = kept_entry(prepared.root, prepared.child, _read_manifest(prepared.child),
+            entry = kept_entry(prepared.root, prepared.child, read_manifest(prepared.child),
                                f"{exc.code}: {exc.message}", cleanup_asked=True)
             append_to_ledger(ledger_path, entry)
             return entry
@@ -107,7 +107,7 @@ def finish_run_child(prepared: PreparedCache, *, cleanup: bool, reason: str, led
 
 
 def _hand_over(prepared: PreparedCache) -> None:
-    manifest = _read_manifest(prepared.child)
+    manifest = read_manifest(prepared.child)
     if manifest is None or not isinstance(manifest.get("owner"), dict) or manifest["owner"].get("kind") != "run":
         return
     manifest["owner"] = handed_to_user(manifest["owner"])

@@ -155,7 +155,7 @@ def fingerprint_tree(top: Path, *, content: bool = False) -> str:
 
 
 
-def _read_manifest(child: Path) -> dict[str, Any] | None:
+def read_manifest(child: Path) -> dict[str, Any] | None:
     path = child / MANIFEST_NAME
     if path.is_symlink() or not path.is_file():
         return None

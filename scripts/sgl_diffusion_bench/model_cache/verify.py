@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract, inputs
-from .tree import _read_manifest, compute_stats, walk_tree
+from .tree import read_manifest, compute_stats, walk_tree
 
 
 def verify_ledger(ledger_path: str | Path) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def _verify_entry(number: int, entry: dict[str, Any]) -> dict[str, Any]:
               "residual": compute_stats(cache_dir, [])}
     if not os.path.lexists(cache_dir):
         return result
-    manifest = _read_manifest(cache_dir) if cache_dir.is_dir() and not cache_dir.is_symlink() else None
+    manifest = read_manifest(cache_dir) if cache_dir.is_dir() and not cache_dir.is_symlink() else None
     if manifest and float(manifest.get("created_at_unix_s", 0)) > entry["cleaned_at_unix_s"]:
         result["status"] = "recreated_after_cleanup"
         return result
