@@ -58,6 +58,7 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
     validity.apply_to_comparison(fresh["comparison"], summary.get("output_quality"))
     if rule is not None:
         stopping["looks"] = looks_again(rule, campaign, cells)
+        stopping["description"] = rule.describe()  # the rule's words are derived too
         sequential.apply_to_comparison(fresh["comparison"], rule, stopping["looks"])
     if "requests" in summary:
         raise SystemExit("a manifest campaign: re-derive its per-request verdicts too before using this tool on it")
