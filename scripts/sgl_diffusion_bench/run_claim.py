@@ -28,7 +28,8 @@ class RunClaim:
     def __init__(self, path: Path, fd: int, document: dict[str, Any]):
         self.path, self.fd, self.document = path, fd, document
 
-    def _write(self) -> None:
+    def write(self) -> None:
+        """The document, in place of what the claim file held (the lock stays held)."""
         data = json.dumps(self.document, sort_keys=True).encode()
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
@@ -36,7 +37,7 @@ class RunClaim:
 
     def mark_started(self) -> None:
         self.document["state"] = "started"
-        self._write()
+        self.write()
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
@@ -84,7 +85,7 @@ def claim_run(report_path: Path, label: str, taken: Iterable[Path] = ()) -> RunC
                 "report_path": str(report_path), "state": "claimed", "owner": owner.record(),
                 "claimed_at": contract.utc_now()}
     claim = RunClaim(path, fd, document)
-    claim._write()
+    claim.write()
     return claim
 
 
