@@ -5,10 +5,11 @@ changed.
 A kept report (tests/fixtures) holds what was measured (the cells: each request's perf figures, judged from its own
 logs) and what was derived from it (summary.arms, summary.comparison, the sequential rule's looks). When the way a
 figure is derived changes, the measured part stays and the derived part is recomputed here, exactly as the runner
-computes it (bench_runner.Runner.summary): the statistics of the cells, overruled by differing outputs, then by the
-last look of --until-verdict. The report's Markdown beside it is re-rendered; inside an evidence folder every
-recorded hash is brought up to date and EVIDENCE.md and the plot are re-rendered (collect_pr_evidence.py render), so
-`verify` holds the folder to today's code. Nothing measured is touched: the cells are compared before and after.
+computes it (evidence.verify.recomputed_summary, the path `verify` checks a folder with): the statistics of the
+cells, overruled by differing outputs, then by the last look of --until-verdict. The report's Markdown beside it is
+re-rendered; inside an evidence folder every recorded hash is brought up to date and EVIDENCE.md and the plot are
+re-rendered (collect_pr_evidence.py render), so `verify` holds the folder to today's code. Nothing measured is
+touched: the cells are compared before and after.
 
   .venv/bin/python tests/gpu_harness/rederive_reports.py tests/fixtures/**/<report>.json ...
 """
@@ -26,42 +27,19 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from sgl_diffusion_bench import contract, report, sequential, stats, validity  # noqa: E402
+from sgl_diffusion_bench import contract, report  # noqa: E402
 from sgl_diffusion_bench.cell import Cell  # noqa: E402
-
-
-def looks_again(rule: sequential.StoppingRule, campaign: dict[str, Any], cells: list[Cell]) -> list[dict[str, Any]]:
-    """Each recorded look, recomputed over the cells up to the end of its round; why it stopped is kept."""
-    ordered = sorted(cells, key=lambda cell: cell.index)
-    out = []
-    for stored in campaign["stopping"]["looks"]:
-        last = max(cell.index for cell in ordered if cell.round == stored["round"])
-        again = sequential.look(rule, [c for c in ordered if c.index <= last], campaign["baseline_arm"],
-                                campaign["candidate_arm"], stored["round"])
-        out.append({**again, "stop": stored["stop"]})
-    return out
+from sgl_diffusion_bench.evidence import verify  # noqa: E402
 
 
 def rederive(doc: dict[str, Any]) -> dict[str, Any]:
-    campaign, summary = doc["campaign"], doc["summary"]
-    cells = [Cell.from_json(c) for c in doc["cells"]]
-    stopping = campaign.get("stopping") or {"rule": "fixed"}
-    rule = None
-    if stopping["rule"] == "until_verdict":
-        rule = sequential.StoppingRule(campaign["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
-                                       stopping["overall_confidence"], metric=campaign["primary_metric"])
-    options = {"confidence": rule.look_confidence} if rule is not None else {}
-    fresh = stats.summarize(cells, list(campaign["arms"]), campaign.get("baseline_arm"),
-                            campaign.get("candidate_arm"), discard_outliers=campaign.get("discard_outliers", False),
-                            threshold_pct=campaign["threshold_pct"], primary_metric=campaign["primary_metric"],
-                            **options)
-    validity.apply_to_comparison(fresh["comparison"], summary.get("output_quality"))
-    if rule is not None:
-        stopping["looks"] = looks_again(rule, campaign, cells)
-        stopping["description"] = rule.describe()  # the rule's words are derived too
-        sequential.apply_to_comparison(fresh["comparison"], rule, stopping["looks"])
+    summary = doc["summary"]
     if "requests" in summary:
         raise SystemExit("a manifest campaign: re-derive its per-request verdicts too before using this tool on it")
+    fresh, looks = verify.recomputed_summary(doc, [Cell.from_json(c) for c in doc["cells"]])
+    rule = verify.stopping_rule(doc["campaign"])
+    if rule is not None:  # the looks and the rule's words are derived too
+        doc["campaign"]["stopping"].update(looks=looks, description=rule.describe())
     summary["arms"], summary["comparison"] = fresh["arms"], fresh["comparison"]
     return doc
 

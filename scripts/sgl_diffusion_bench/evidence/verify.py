@@ -136,25 +136,16 @@ class Verifier:
                          judged["perf"].get(key))  # untouched report is never named for a changed dump
 
     def _statistics(self, report_rel: str, camp: Mapping[str, Any], cells: list[Cell]) -> None:
-        """The summary as the runner makes it: the statistics of the stored cells, overruled by differing outputs,
-        then (--until-verdict) by the last of the looks recomputed here."""
-        c = camp["campaign"]
         stored = camp["summary"]["comparison"]
         if stored is None:
             return
-        stopping = c["stopping"]
-        rule = None
-        if stopping["rule"] == "until_verdict":
-            rule = sequential.StoppingRule(c["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
-                                           stopping["overall_confidence"], metric=c["primary_metric"])
-        options = {"confidence": rule.look_confidence} if rule is not None else {}
-        summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
-                                  discard_outliers=c["discard_outliers"], threshold_pct=c["threshold_pct"],
-                                  primary_metric=c["primary_metric"], **options)
-        validity.apply_to_comparison(summary["comparison"], camp["summary"]["output_quality"])
-        if rule is not None:
-            looks = self._looks(report_rel, rule, c, cells)
-            sequential.apply_to_comparison(summary["comparison"], rule, looks)
+        summary, looks = recomputed_summary(camp, cells)
+        for number, (again, recorded) in enumerate(zip(looks, camp["campaign"]["stopping"].get("looks") or [],
+                                                       strict=True)):
+            for key in LOOK_FIGURES:
+                if not _same(again[key], recorded.get(key)):
+                    self.add(report_rel, "statistics", f"campaign.stopping.looks[{number}].{key} "
+                             f"{recorded.get(key)}", f"{again[key]} (from the stored cells)")
         self.checked["statistics"] = True
         for metric, figures in summary["comparison"]["metrics"].items():
             for key in COMPARED_FIGURES:
@@ -174,22 +165,6 @@ class Verifier:
         for where, recomputed, recorded in pairs:
             for field, want, got in _differences(where, recorded, recomputed):
                 self.add(report_rel, "statistics", f"{field} {want}", f"{got} (from the stored cells)")
-
-    def _looks(self, report_rel: str, rule: sequential.StoppingRule, c: Mapping[str, Any],
-               cells: list[Cell]) -> list[dict[str, Any]]:
-        """Each look of the sequential rule, recomputed over the cells up to the end of its round."""
-        ordered = sorted(cells, key=lambda cell: cell.index)
-        looks = []
-        for number, stored in enumerate(c["stopping"]["looks"]):
-            last = max((cell.index for cell in ordered if cell.round == stored["round"]), default=None)
-            upto = [cell for cell in ordered if last is not None and cell.index <= last]
-            again = sequential.look(rule, upto, c["baseline_arm"], c["candidate_arm"], stored["round"])
-            for key in LOOK_FIGURES:
-                if not _same(again[key], stored.get(key)):
-                    self.add(report_rel, "statistics", f"campaign.stopping.looks[{number}].{key} {stored.get(key)}",
-                             f"{again[key]} (from the stored cells)")
-            looks.append({**again, "stop": stored.get("stop")})  # a spent time budget stops a look too
-        return looks
 
     # -- the record against its documents ----------------------------------------------------------------------------
 
@@ -230,6 +205,38 @@ class Verifier:
                 return
         if len(expected) != len(found):
             self.add(render.MARKDOWN_NAME, "markdown", f"{len(expected)} lines", f"{len(found)} lines")
+
+
+def stopping_rule(campaign: Mapping[str, Any]) -> sequential.StoppingRule | None:
+    """The --until-verdict rule a report's campaign ran under; None for a fixed number of rounds."""
+    stopping = campaign.get("stopping") or {}  # absent from reports older than the rule
+    if stopping.get("rule") != "until_verdict":
+        return None
+    return sequential.StoppingRule(campaign["threshold_pct"], stopping["budget_rounds"], stopping["min_rounds"],
+                                   stopping["overall_confidence"], metric=campaign["primary_metric"])
+
+
+def recomputed_summary(camp: Mapping[str, Any], cells: list[Cell]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A report's summary as the runner makes it, from its stored cells: the statistics, overruled by differing
+    outputs, then (--until-verdict) by the last of its looks, each recomputed over the cells up to the end of its
+    round (why it stopped is kept: a spent time budget stops a look too). Returns the summary and the looks."""
+    c = camp["campaign"]
+    rule = stopping_rule(c)
+    summary = stats.summarize(cells, list(c["arms"]), c["baseline_arm"], c["candidate_arm"],
+                              discard_outliers=c["discard_outliers"], threshold_pct=c["threshold_pct"],
+                              primary_metric=c["primary_metric"],
+                              **({"confidence": rule.look_confidence} if rule is not None else {}))
+    validity.apply_to_comparison(summary["comparison"], camp["summary"]["output_quality"])
+    looks: list[dict[str, Any]] = []
+    if rule is not None:
+        ordered = sorted(cells, key=lambda cell: cell.index)
+        for stored in c["stopping"]["looks"]:
+            last = max((cell.index for cell in ordered if cell.round == stored["round"]), default=None)
+            upto = [cell for cell in ordered if last is not None and cell.index <= last]
+            again = sequential.look(rule, upto, c["baseline_arm"], c["candidate_arm"], stored["round"])
+            looks.append({**again, "stop": stored.get("stop")})
+        sequential.apply_to_comparison(summary["comparison"], rule, looks)
+    return summary, looks
 
 
 def _allowed_statuses(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
