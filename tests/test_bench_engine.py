@@ -16,7 +16,8 @@ from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench import bench_runner, campaign, command_builder, contract, engine_probe, presets, tiny_model
+from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, command_builder, contract, engine_probe,
+                                  presets, tiny_model)
 from sgl_diffusion_bench.cell import Report
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
@@ -62,11 +63,12 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
 def _runner(tmp_path: Path, label: str, model_path: Path, extra_args=(), caller_env=None):
     preset = presets.get_preset("tiny-flux-cpu")
     caps = engine_probe.probe_engine().capabilities
-    settings = bench_runner.CampaignSettings(label=label, output_root=tmp_path, extra_args=tuple(extra_args),
-                                             engine_mode="cold")  # these watch one engine process start to exit
-    return bench_runner.CampaignRunner(preset, campaign.plan("single"), settings, caps, environment={},
-                                       model_path=str(model_path), asset_filenames={},
-                                       caller_env=caller_env, use_cpu_adapter=True)
+    settings = campaign_context.CampaignSettings(label=label, output_root=tmp_path, extra_args=tuple(extra_args),
+                                                 engine_mode="cold")  # these watch one engine process start to exit
+    ctx = campaign_context.CampaignContext.build(preset, campaign.plan("single"), settings, caps,
+                                                 model_path=str(model_path), caller_env=caller_env,
+                                                 site=campaign_context.Site(use_cpu_adapter=True))
+    return bench_runner.CampaignRunner(ctx, asset_filenames={})
 
 
 def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path, monkeypatch):

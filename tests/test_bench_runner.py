@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
-from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers, media,
-                                 presets)
+from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, fileio, log_gates,
+                                 log_markers, media, presets)
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 MARKERS = log_markers.markers_for_version("0.5.10.post1")
@@ -115,8 +115,8 @@ def test_reproduce_command_names_the_token_variable_never_its_value():
 
 def test_port_flags_only_where_the_engine_takes_them():
     recent = engine_probe.recent_engine_capabilities()
-    assert bench_runner.port_args_for(recent) == [] or all(recent.accepts_flag(f) for f in
-                                                          bench_runner.port_args_for(recent)[::2])
+    assert campaign_context.port_args_for(recent) == [] or all(recent.accepts_flag(f) for f in
+                                                          campaign_context.port_args_for(recent)[::2])
 
 
 def test_campaign_dry_run_lists_every_cell_with_distinct_files():

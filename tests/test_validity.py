@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import (bench_runner, campaign, contract, engine_probe, fileio, log_gates, log_markers,
-                                 presets, quality, report, stats, validity)
+from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, fileio, log_gates,
+                                 log_markers, presets, quality, report, stats, validity)
 from sgl_diffusion_bench.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
@@ -187,9 +187,10 @@ def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
     """The wired runner: a campaign whose BCG cell wrote other bytes reports outputs_differ, never improved."""
     preset = presets.get_preset("tiny-flux-cpu")
     caps = engine_probe.recent_engine_capabilities()
-    settings = bench_runner.CampaignSettings(label="identity", output_root=tmp_path, primary_metric="denoise_ms")
-    runner = bench_runner.CampaignRunner(preset, campaign.plan("abba", rounds=2), settings, caps, environment={},
-                                         model_path=str(tmp_path / "model"), asset_filenames={})
+    settings = campaign_context.CampaignSettings(label="identity", output_root=tmp_path, primary_metric="denoise_ms")
+    ctx = campaign_context.CampaignContext.build(preset, campaign.plan("abba", rounds=2), settings, caps,
+                                                 model_path=str(tmp_path / "model"))
+    runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     recorded = example()["cells"]
     for cell, seen in zip(runner.cells, recorded, strict=True):
         for key in ("status", "reasons", "perf", "outputs", "wall_s"):

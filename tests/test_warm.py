@@ -284,14 +284,15 @@ def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
     """Engine flags differ (arm B adds --log-level info), the schedule is alternating blocks: A1 on e1, B1 B2 on e2,
     A2 on a restarted e3; each request writes its own copy of the preset's config file and the report says so."""
     from sgl_diffusion_bench import bench_runner, campaign, engine_probe, presets, report, tiny_model
+    from sgl_diffusion_bench.campaign_context import CampaignContext, CampaignSettings, Site
 
     preset = dataclasses.replace(presets.get_preset("tiny-flux-cpu"), config_overrides={"guidance_scale": 3.5})
-    settings = bench_runner.CampaignSettings(label="blocks", output_root=tmp_path, engine_mode="warm",
-                                             warm_schedule="alternating_blocks")
-    runner = bench_runner.CampaignRunner(
-        preset, campaign.plan("ab", rounds=1, arm_b_args=["--log-level", "info"]), settings,
-        engine_probe.probe_engine().capabilities, environment={}, model_path=str(tiny_model.ensure_tiny_flux()),
-        asset_filenames={}, use_cpu_adapter=True)
+    settings = CampaignSettings(label="blocks", output_root=tmp_path, engine_mode="warm",
+                                warm_schedule="alternating_blocks")
+    ctx = CampaignContext.build(preset, campaign.plan("ab", rounds=1, arm_b_args=["--log-level", "info"]), settings,
+                                engine_probe.probe_engine().capabilities, model_path=str(tiny_model.ensure_tiny_flux()),
+                                site=Site(use_cpu_adapter=True))
+    runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     doc = runner.run()
     assert doc["ok"] and [c["status"] for c in doc["cells"]] == ["valid"] * 4, [c["reasons"] for c in doc["cells"]]
     engines = doc["engines"]

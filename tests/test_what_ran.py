@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_args, engine_probe, presets, report
+from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_args, engine_probe, presets,
+                                  report, run_record)
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"
 H10 = TEST_FIXTURES / "gpu-h200-0.5.10"
@@ -59,24 +60,24 @@ def test_ab_arm_with_bcg_flags_is_gated_as_bcg(tmp_path):
     """--campaign ab with BCG in arm B's args: the arm reports BCG on, and its gate wants a capture."""
     preset = presets.get_preset("tiny-flux-gpu")
     plan = campaign.plan("ab", rounds=1, arm_b_args=["--enable-breakable-cuda-graph"])
-    runner = bench_runner.CampaignRunner(
-        preset, plan, bench_runner.CampaignSettings(label="ab", output_root=tmp_path),
-        engine_probe.recent_engine_capabilities(), environment={}, model_path=str(tmp_path / "m"),
-        asset_filenames={}, caller_env={})
-    arms = engine_args.arms_as_run(plan, runner.invocations)
+    ctx = campaign_context.CampaignContext.build(
+        preset, plan, campaign_context.CampaignSettings(label="ab", output_root=tmp_path),
+        engine_probe.recent_engine_capabilities(), model_path=str(tmp_path / "m"), caller_env={})
+    runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
+    arms = run_record.arms_as_run(plan, runner.invocations)
     assert arms["b"]["bcg"] is True and arms["a"]["bcg"] is False
     by_arm = {slot.arm: inv for slot, inv in zip(plan.slots, runner.invocations, strict=True)}
     failed_log = (H23 / "bcg-capture-failed" / "log.txt").read_text(encoding="utf-8")
     captured_log = (H23 / "direct-pair" / "bcg" / "log.txt").read_text(encoding="utf-8")
     for log, valid in ((failed_log, False), (captured_log, True)):
-        gate = engine_args.log_gate(runner.markers, by_arm["b"].argv, quality=by_arm["b"].quality_level)
+        gate = engine_args.log_gate(ctx.markers, by_arm["b"].argv, quality=by_arm["b"].quality_level)
         for line in log.splitlines():
             gate.feed(line)
         verdict = gate.verdict()
         assert verdict.valid is valid and verdict.bcg.expected
         if not valid:
             assert "bcg.no_capture" in verdict.reason_codes()
-    eager_gate = engine_args.log_gate(runner.markers, by_arm["a"].argv, quality=by_arm["a"].quality_level)
+    eager_gate = engine_args.log_gate(ctx.markers, by_arm["a"].argv, quality=by_arm["a"].quality_level)
     for line in captured_log.splitlines():
         eager_gate.feed(line)
     assert "bcg.unexpected_capture" in eager_gate.verdict().reason_codes()  # arm A asked for no BCG

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import (bench_runner, command_builder, contract, engine_args, engine_process, fileio, gpu, log_gates,
+from . import (campaign_context, command_builder, contract, engine_args, engine_process, fileio, gpu, log_gates,
                log_markers, warm_engine)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
@@ -97,7 +97,7 @@ class Replay:
         self.configs = {}
         for name, with_bcg in (("eager", False), ("bcg", bcg)):
             options = command_builder.RunOptions(label=label, arm=name, breakable_cuda_graph=with_bcg,
-                                                 extra_args=(*extra_args, *bench_runner.port_args_for(engine)))
+                                                 extra_args=(*extra_args, *campaign_context.port_args_for(engine)))
             invocation = command_builder.build_invocation(
                 preset, options, engine, sglang_cli=list(cli_prefix), output_root=self.root, assets_dir=Path("/"),
                 caller_env=caller_env, model_path=model_path)
@@ -105,7 +105,7 @@ class Replay:
             if cuda_visible_devices is not None:
                 child["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
             if use_cpu_adapter:
-                child = engine_process.cpu_adapter_env(child, bench_runner.adapter_switches_off(caller_env))
+                child = engine_process.cpu_adapter_env(child, campaign_context.adapter_switches_off(caller_env))
             self.configs[name] = (invocation, with_bcg, child)
 
     def run(self) -> dict[str, Any]:

@@ -13,74 +13,23 @@ The report (bench-report.v1) is written after every cell, so Ctrl-C or a crash l
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_args, engine_mode, engine_process,
-               engine_starts, env, fileio, host_load, log_markers, manifest_campaign, model_cache, presets, report,
-               request_path, request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign)
+from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_args, engine_mode,
+               engine_starts, env, fileio, host_load, manifest_campaign, model_cache, presets, report, request_path,
+               request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign)
+from .campaign_context import CampaignContext, Site
 from .cell import Cell, Report
+from .presets import Preset
 from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
 from .run_record import reproduce_command  # noqa: F401 (the runner's API)
-from .cpu_adapter import sgl_cpu_adapter
-from .engine_probe import EngineCapabilities
-from .presets import Preset
 from .progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
 
-DEFAULT_CELL_TIMEOUT_S = 3600.0
-REPORT_SUFFIX = ".bench-report.json"
 TOOL = "bench_diffusion_denoise"
 REPORT_SCHEMA = Report.SCHEMA
-
-
-@dataclasses.dataclass(frozen=True)
-class CampaignSettings:
-    label: str
-    output_root: Path
-    threshold_pct: float = 1.5
-    primary_metric: str = "e2e_ms"
-    discard_outliers: bool = False
-    warmup: bool = True
-    warmup_mode: str | None = None
-    warmup_steps: int | None = None
-    component_residency: tuple[str, ...] = ()
-    performance_mode: str | None = None
-    torch_compile: bool = False
-    bcg_text_buckets: tuple[int, ...] = ()
-    extra_args: tuple[str, ...] = ()
-    cell_timeout_s: float = DEFAULT_CELL_TIMEOUT_S
-    model_cache_root: Path | None = None
-    seed_caches: tuple[Path, ...] = ()
-    cleanup_model_cache: bool = False
-    cleanup_ledger: Path | None = None
-    write_report: bool = False
-    echo_engine: bool = False
-    engine_mode: str | None = None  # cold: a process per cell; warm: resident engines; None: engine_mode's default
-    warmup_requests: int = 1  # warm mode: uncounted requests each engine serves before its measured ones
-    warm_schedule: str = "auto"  # warm mode with several engines: auto | interleaved | alternating_blocks
-    engine_overlap: str = "auto"  # warm mode: load the next engine beside the first's warm-up (engine_overlap.py)
-    stopping: sequential.StoppingRule | None = None  # --until-verdict: rounds run until the change is known
-    time_budget_s: float | None = None  # --until-verdict: no further round once this many seconds have passed
-    request: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # model_path, overrides, extra_args asked for
-
-
-def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
-    """The CPU adapter patches the caller switched off (its DISABLE_ENV variable), checked before anything runs."""
-    try:
-        return sgl_cpu_adapter.parse_disabled(caller_env.get(sgl_cpu_adapter.DISABLE_ENV))
-    except ValueError as exc:
-        raise contract.UsageError("usage.bad_adapter_switch", str(exc),
-                                  f"set {sgl_cpu_adapter.DISABLE_ENV} to patch ids such as b5,b6") from exc
-
-
-def port_args_for(engine: EngineCapabilities) -> list[str]:
-    """Fresh free ports where the engine takes them: its defaults collide between concurrent runs."""
-    args = engine_process.port_args()
-    return args if all(engine.accepts_flag(f) for f in args[::2]) else []
 
 
 class Progress:
@@ -115,36 +64,19 @@ def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Pa
 class CampaignRunner:
     """Builds every invocation first (a missing flag is refused before any GPU is held), then runs the cells."""
 
-    def __init__(self, preset: Preset, plan: campaign_mod.Campaign, settings: CampaignSettings,
-                 engine: EngineCapabilities, *, environment: dict[str, Any], model_path: str | None,
-                 asset_filenames: Mapping[str, str], caller_env: Mapping[str, str] | None = None,
-                 cuda_visible_devices: str | None = None, use_cpu_adapter: bool = False,
-                 foreign_check: Callable[[], list[dict[str, Any]]] | None = None):
-        self.preset, self.plan, self.settings, self.engine = preset, plan, settings, engine
-        self.environment = environment
-        self.caller_env = dict(os.environ if caller_env is None else caller_env)
-        self.cuda_visible_devices = cuda_visible_devices
-        self.leased_gpu_uuids: list[str] = []  # set by the caller that holds the campaign's GPU lease
-        self.use_cpu_adapter = use_cpu_adapter
-        self.foreign_check = foreign_check
-        self.markers = log_markers.markers_for_version(engine.version)
-        self.cli_prefix = [*engine_process.sglang_cli(engine.python), "generate"]
-        self.engine_python = engine.python or sys.executable  # the warm driver runs under the engine's interpreter
+    def __init__(self, ctx: CampaignContext, *, asset_filenames: Mapping[str, str]):
+        self.ctx = ctx
+        self.preset, self.plan, self.settings, self.engine = ctx.preset, ctx.plan, ctx.settings, ctx.engine
         self._warm: warm_campaign.WarmCampaign | None = None
         self.looks: list[dict[str, Any]] = []  # --until-verdict: one entry per look at the change
         self._started_monotonic = time.monotonic()  # reset when the cells start (the time budget counts from there)
-        if settings.stopping is not None and (plan.baseline_arm is None or plan.mode == "matrix"):
-            raise contract.UsageError("usage.until_verdict_needs_ab", f"--until-verdict needs one A/B/B/A "
-                                      f"comparison; --campaign {plan.mode} has none or several",
-                                      "use --campaign abba, aa or ab")
-        adapter_switches_off(self.caller_env)  # a typo in the switch is a usage error before anything runs
-        self.report_path = settings.output_root / f"{preset.name}__{settings.label}{REPORT_SUFFIX}"
-        self.model_path = model_path
-        self.invocations = [self._build(slot, model_path, asset_filenames) for slot in plan.slots]
+        self.report_path = ctx.report_path
+        self.invocations = [self._build(slot, asset_filenames) for slot in self.plan.slots]
         self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path, None if s.request is None else
-                                  manifest_campaign.cell_request(self._slot_preset(s), plan.manifest, s.request))
-                      for s, inv in zip(plan.slots, self.invocations, strict=True)]
-        self.engine_mode = engine_mode.choose(settings.engine_mode, engine, [inv.argv for inv in self.invocations])
+                                  manifest_campaign.cell_request(self._slot_preset(s), self.plan.manifest, s.request))
+                      for s, inv in zip(self.plan.slots, self.invocations, strict=True)]
+        self.engine_mode = engine_mode.choose(self.settings.engine_mode, self.engine,
+                                              [inv.argv for inv in self.invocations])
         unique = dict.fromkeys((c, m) for inv in self.invocations for c, m in inv.warnings)
         self.warnings: list[dict[str, str]] = [{"code": c, "message": m} for c, m in unique]
         self.cleanup_entry: dict[str, Any] | None = None
@@ -160,8 +92,7 @@ class CampaignRunner:
             manifest_campaign.request_preset(self.preset, self.plan.manifest, slot.request)
         return presets.customised([preset], fields, None)[0]
 
-    def _build(self, slot: campaign_mod.Slot, model_path: str | None,
-               asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
+    def _build(self, slot: campaign_mod.Slot, asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
         arm = self.plan.arms[slot.arm]
         _, arm_flags = campaign_mod.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
         preset = self._slot_preset(slot)
@@ -174,12 +105,13 @@ class CampaignRunner:
             breakable_cuda_graph=arm.bcg,
             bcg_text_buckets=self.settings.bcg_text_buckets if arm.bcg else (),
             torch_compile=self.settings.torch_compile,
-            extra_args=(*self.settings.extra_args, *port_args_for(self.engine)), arm_args=tuple(arm_flags),
+            extra_args=(*self.settings.extra_args, *campaign_context.port_args_for(self.engine)),
+            arm_args=tuple(arm_flags),
             arm_flag_overrides=arm.flag_overrides, arm_options=arm.options)
         return command_builder.build_invocation(
-            preset, options, self.engine, sglang_cli=self.cli_prefix,
-            output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.caller_env,
-            model_path=model_path, asset_filenames=asset_filenames)
+            preset, options, self.engine, sglang_cli=self.ctx.cli_prefix,
+            output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.ctx.caller_env,
+            model_path=self.ctx.model_path, asset_filenames=asset_filenames)
 
     def check_fresh(self) -> None:
         """Refuse to mix with an earlier campaign's files: same label in the same output dir."""
@@ -196,15 +128,18 @@ class CampaignRunner:
             raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
                                              "run bench_diffusion_denoise.py --fetch-assets --json first")
         if self.settings.cleanup_model_cache:  # an unwritable ledger refuses now, not after the run
-            model_cache.check_ledger(self._ledger_path())
+            model_cache.check_ledger(self.settings.ledger_path)
         # Atomic (O_EXCL + flock): a second campaign on this label now fails here, before anything runs.
         self.claim = run_claim.claim_run(self.report_path, self.settings.label,
                                          taken=[self.report_path, *(inv.run_dir for inv in self.invocations)])
 
     # -- running -------------------------------------------------------------------------------------------------
 
-    def run(self, progress: Progress | None = None) -> dict[str, Any]:
-        """Run every cell; always returns the (possibly partial) report, re-raising KeyboardInterrupt after it."""
+    def run(self, site: Site | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        """Run every cell at ``site`` (default: the context's own); always returns the (possibly partial) report,
+        re-raising KeyboardInterrupt after it."""
+        if site is not None:
+            self.ctx = self.ctx.at(site)
         progress = progress or Progress(len(self.cells))
         self._started_monotonic = time.monotonic()
         self.settings.output_root.mkdir(parents=True, exist_ok=True)
@@ -273,37 +208,9 @@ class CampaignRunner:
         if self.engine_mode["mode"] != "warm":
             yield None
             return
-        with warm_campaign.warm_engines(self, prepared) as warm:
+        with warm_campaign.warm_engines(self.ctx, self.cells, self.invocations, prepared) as warm:
             self._warm = warm
             yield warm
-
-    def foreign_now(self, own_pids: set[int]) -> list[dict[str, Any]]:
-        """Processes on the leased GPUs that are neither earlier neighbours we ignore nor our own engines."""
-        if self.foreign_check is None:
-            return []
-        return [p for p in self.foreign_check() if p["pid"] not in own_pids]
-
-    def gpu_processes(self) -> list[dict[str, Any]]:
-        """Every compute process on the leased GPUs, ours included (a warm engine's footprint)."""
-        from . import gpu
-
-        return gpu.foreign_processes(self.leased_gpu_uuids, own_pids=set()) if self.leased_gpu_uuids else []
-
-    def gpu_memory_used(self) -> dict[str, int]:
-        """Used memory per leased GPU (uuid -> bytes), where NVML can tell."""
-        from . import gpu
-
-        return {g.uuid: g.memory_used_bytes for g in gpu.read_inventory().gpus
-                if g.uuid in self.leased_gpu_uuids and g.memory_used_bytes is not None}
-
-    def gpu_free_bytes(self) -> int | None:
-        """The least free memory over the leased GPUs, None where NVML cannot tell."""
-        from . import gpu
-
-        free = [g.memory_total_bytes - g.memory_used_bytes for g in gpu.read_inventory().gpus
-                if g.uuid in self.leased_gpu_uuids and g.memory_total_bytes is not None
-                and g.memory_used_bytes is not None]
-        return min(free) if free else None
 
     @contextlib.contextmanager
     def _model_cache(self) -> Iterator[model_cache.PreparedCache | None]:
@@ -312,12 +219,12 @@ class CampaignRunner:
             return
         if not self.preset.local_model:  # a local model is already on disk; a hub model must fit first
             preflight = model_cache.disk_preflight(self.preset.model, None, self.settings.model_cache_root,
-                                                   self.settings.seed_caches, environ=self.caller_env)
+                                                   self.settings.seed_caches, environ=self.ctx.caller_env)
             if preflight.get("outcome") == "unknown_size":
                 self.warnings.append({"code": "cache.unknown_size", "message": "the model's size is unknown (no hub "
                                       "metadata, no cached snapshot): the download may fill the disk"})
         if self.settings.cleanup_model_cache:  # what a killed run left is removed (and ledgered) first
-            self.warnings += model_cache.reclaim_for_run(self.settings.model_cache_root, self._ledger_path())
+            self.warnings += model_cache.reclaim_for_run(self.settings.model_cache_root, self.settings.ledger_path)
         prepared = model_cache.prepare_child_cache(self.settings.model_cache_root, self.preset.name,
                                                    self.settings.label, self.settings.seed_caches, held_by="run")
         self._prepared = prepared
@@ -328,29 +235,15 @@ class CampaignRunner:
         if prepared is not None:  # cleaned when asked, else handed to the user; the run's hold ends here
             self.cleanup_entry = model_cache.finish_run_child(
                 prepared, cleanup=self.settings.cleanup_model_cache, reason=exit_reason,
-                ledger_path=self._ledger_path(), model=self.preset.name, label=self.settings.label)
+                ledger_path=self.settings.ledger_path, model=self.preset.name, label=self.settings.label)
         return self.write_report(final=True)
-
-    def _ledger_path(self) -> Path:
-        return self.settings.cleanup_ledger or self.settings.output_root / "cleanup.jsonl"
-
-    def _child_env(self, invocation: command_builder.Invocation,
-                   prepared: model_cache.PreparedCache | None) -> dict[str, str]:
-        child = invocation.child_env(self.caller_env)
-        if prepared is not None:
-            child.update(prepared.env)
-        if self.cuda_visible_devices is not None:
-            child["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
-        if self.use_cpu_adapter:
-            child = engine_process.cpu_adapter_env(child, adapter_switches_off(self.caller_env))
-        return child
 
     def _run_cell(self, cell: Cell, invocation: command_builder.Invocation,
                   prepared: model_cache.PreparedCache | None) -> None:
         invocation.run_dir.mkdir(parents=True, exist_ok=False)
         if invocation.config_path is not None:
             invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        gate = engine_args.log_gate(self.markers, invocation.argv, quality=invocation.quality_level)
+        gate = engine_args.log_gate(self.ctx.markers, invocation.argv, quality=invocation.quality_level)
         facts = engine_args.EngineRunFacts()
         ticker = Ticker(f"cell {cell.index + 1}/{len(self.cells)} {cell.arm}")  # a cold start loads quietly
 
@@ -361,10 +254,10 @@ class CampaignRunner:
         if invocation.quality is not None:
             cell.quality = dict(invocation.quality)  # the level the engine ran, aliases resolved
         adapter = request_path.run_cold(
-            cell, argv=invocation.argv, env=self._child_env(invocation, prepared), run_dir=invocation.run_dir,
+            cell, argv=invocation.argv, env=self.ctx.child_env(invocation, prepared), run_dir=invocation.run_dir,
             gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
             output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
-            echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.foreign_check,
+            echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.ctx.lease.foreign_check,
             observe=observe, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA))  # built while it runs
         cell.engine_run = facts.to_json()
         if adapter is not None:
@@ -402,7 +295,9 @@ class CampaignRunner:
             ok = False
         if self.cleanup_entry is not None and not self.cleanup_entry.get("ok", False):
             ok = False
-        engine = {**self.engine.to_json(), "adapter": self.adapter, **engine_args.what_ran(self)}
+        adapter = self._warm.adapter if self._warm is not None else self.adapter
+        engine = {**self.engine.to_json(), "adapter": adapter,
+                  **run_record.what_ran(self.ctx, self.cells, self._warm.starts if self._warm is not None else ())}
         rounds = self.plan.rounds
         if self.settings.stopping is not None:  # the rounds the campaign kept, not the budget
             rounds = max((c.round for c in self.cells if c.round is not None), default=rounds)
@@ -412,7 +307,7 @@ class CampaignRunner:
                       "rounds": rounds, "threshold_pct": self.settings.threshold_pct,
                       "primary_metric": self.settings.primary_metric, "baseline_arm": self.plan.baseline_arm,
                       "candidate_arm": self.plan.candidate_arm, "discard_outliers": self.settings.discard_outliers,
-                      "arms": engine_args.arms_as_run(self.plan, self.invocations),
+                      "arms": run_record.arms_as_run(self.plan, self.invocations),
                       "order": [o for o in self.plan.to_json()["order"] if o["round"] <= rounds],
                       "samples": self.plan.samples,
                       "stopping": (sequential.record(self.settings.stopping, self.looks, self.rounds_run())
@@ -420,11 +315,11 @@ class CampaignRunner:
                                    {"rule": "fixed", "description": f"{self.plan.rounds} round(s) as planned",
                                     "rounds_run": self.rounds_run()}),
                       **({"manifest": self.plan.manifest.to_json()} if self.plan.manifest is not None else {})},
-            engine=engine, environment=self.environment,
+            engine=engine, environment=dict(self.ctx.site.environment),
             plan={"output_dir": str(self.settings.output_root), "report_path": str(self.report_path),
-                  "gpus": {"cuda_visible_devices": self.cuda_visible_devices, "leased_uuids": self.leased_gpu_uuids,
-                           "contention_checked": self.foreign_check is not None},
-                  "reproduce": run_record.reproduce_entries(self), "caches": run_record.cache_roots(self, self.model_path),
+                  "gpus": self.ctx.lease.to_json(),
+                  "reproduce": run_record.reproduce_entries(self.ctx, self.cells, self.invocations, self._prepared),
+                  "caches": run_record.cache_roots(self.ctx, self.invocations, self._prepared),
                   "invocations": [inv.to_json() for inv in self.invocations]},
             cells=[c.to_json() for c in self.cells], summary=summary, warnings=self.warnings)
         doc["engines"] = {**(self._warm.to_json() if self._warm is not None else

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 from . import bench_runner, contract, env, gpu
+from .campaign_context import Lease, Site
 from .presets import Preset
 
 
@@ -32,20 +33,17 @@ def run(runners: Sequence[tuple[Preset, bench_runner.CampaignRunner]], label: st
         if preset.num_gpus > 0 and not inventory.gpus:
             raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
                                              f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")
-    environment = environment_record()
-    for preset, runner in runners:
+    site = Site(environment_record(), use_cpu_adapter=not inventory.gpus)
+    for preset, _ in runners:
         build_model(preset)  # a local model is built once, on first use
-        runner.environment, runner.use_cpu_adapter = environment, not inventory.gpus
     outcome = Outcome([])
     for preset, runner in runners:
         try:
             if preset.num_gpus > 0:
                 with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{label}", inventory) as (visible, uuids):
-                    runner.cuda_visible_devices, runner.leased_gpu_uuids = visible, uuids
-                    runner.foreign_check = lambda u=uuids: gpu.foreign_processes(u, own_pids=set())
-                    outcome.documents.append(runner.run())
+                    outcome.documents.append(runner.run(dataclasses.replace(site, lease=Lease.of(visible, uuids))))
             else:
-                outcome.documents.append(runner.run())
+                outcome.documents.append(runner.run(site))
         except KeyboardInterrupt:
             outcome.documents.append(runner.last_document or runner.write_report())
             outcome.interrupted = True

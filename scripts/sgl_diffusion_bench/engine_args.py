@@ -6,8 +6,7 @@
   engine twice and the later one would silently win; callers refuse such a command instead.
 - ``EngineRunFacts``: the effective settings from the engine's ``server_args: {...}`` log line (warm-up mode, attention
   backend, residency, offloads) and each warm-up request the engine ran, with its cost, from its progress lines.
-- ``what_ran`` / ``arms_as_run``: the report's account of a campaign built from those (preset, overrides, per-arm
-  effective settings and warm-up cost; each arm's BCG as its commands asked for it).
+- ``per_arm``: each arm's effective settings and warm-up cost from those facts (run_record's account of what ran).
 """
 
 from __future__ import annotations
@@ -159,25 +158,3 @@ def log_gate(markers: log_markers.MarkerSet, argv: Sequence[str], *, quality: st
                                     **{"require_native": True, **kwargs})
 
 
-def arms_as_run(plan: Any, invocations: Sequence[Any]) -> dict[str, Any]:
-    """Each arm as planned, with ``bcg`` taken from the flags its commands carry."""
-    arms = {n: a.to_json() for n, a in plan.arms.items()}
-    # an --until-verdict campaign that stopped early keeps the invocations of the rounds it ran, in slot order
-    for slot, inv in zip(plan.slots[:len(invocations)], invocations, strict=True):
-        arms[slot.arm]["bcg"] = requests_bcg(inv.argv)
-    return arms
-
-
-def what_ran(runner: Any) -> dict[str, Any]:
-    """A campaign runner's account of what actually ran: the preset and what the caller changed in it, and per arm
-    the engine's effective settings and its warm-up requests (a cold cell's engine warms up inside the cell; a warm
-    engine once, at its start)."""
-    runs = [(c.arm, c.index, c.engine_run) for c in runner.cells if c.engine_run]
-    if runner._warm is not None:
-        runs += [(arm, None, s.facts.to_json()) for s in runner._warm.starts for arm in s.arms]
-    request, preset = dict(runner.settings.request), runner.preset
-    return {"preset": preset.to_json(), "request": {
-                "preset": preset.name, "model": request.get("model_path") or preset.model_label,
-                "model_path": request.get("model_path"), "overrides": request.get("overrides") or {},
-                "extra_args": list(request.get("extra_args") or runner.settings.extra_args),
-                "num_gpus": preset.num_gpus}, **per_arm(runs)}

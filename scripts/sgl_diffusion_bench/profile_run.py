@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import (assets, bench_runner, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
+from . import (assets, campaign_context, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
                log_gates, log_markers, presets, request_path)
 from .cell import Cell
 from .engine_probe import EngineCapabilities
@@ -51,7 +51,7 @@ def profile_invocation(preset: presets.Preset, caps: EngineCapabilities, request
     options = command_builder.RunOptions(label=request.label, arm="profile", quality=request.quality,
                                          warmup=request.warmup, breakable_cuda_graph=request.breakable_cuda_graph,
                                          extra_args=(*request.extra_args, *profile_flags,
-                                                     *bench_runner.port_args_for(caps)))
+                                                     *campaign_context.port_args_for(caps)))
     invocation = command_builder.build_invocation(
         preset, options, caps, sglang_cli=[*engine_process.sglang_cli(caps.python), "generate"],
         output_root=request.output_root, assets_dir=env.assets_dir(), caller_env=dict(os.environ),
@@ -96,7 +96,7 @@ def run_profile(preset: presets.Preset, caps: EngineCapabilities, request: Profi
         invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
     child = {**invocation.child_env(os.environ), **profiler_env}
     if not inventory.gpus:
-        child = engine_process.cpu_adapter_env(child, bench_runner.adapter_switches_off(os.environ))
+        child = engine_process.cpu_adapter_env(child, campaign_context.adapter_switches_off(os.environ))
     gate = log_gates.RequestLogGate(log_markers.markers_for_version(caps.version), quality=invocation.quality_level,
                                     bcg_expected=engine_args.requests_bcg(invocation.argv), require_native=True,
                                     profiling=True)

@@ -22,10 +22,11 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from . import (command_builder, contract, engine_args, engine_overlap, host_load, output_check, probe_interpreter,
-               progress, request_path, warm_engine, warm_grouping)
+from . import (command_builder, contract, engine_args, engine_overlap, host_load, model_cache, output_check,
+               probe_interpreter, progress, request_path, warm_engine, warm_grouping)
+from .campaign_context import CampaignContext
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_starts import EngineStart, engines_block
@@ -36,23 +37,26 @@ BoundarySample = tuple[list[dict[str, Any]], Callable[[], dict[str, Any]]]  # fo
 
 
 class WarmCampaign:
-    """Runs a CampaignRunner's planned cells on warm engines; the runner keeps the cells and writes the report."""
+    """Runs a campaign's planned cells on warm engines; the runner owns the cells (judged here in place) and writes
+    the report."""
 
-    def __init__(self, runner, prepared):
-        self.runner, self.prepared = runner, prepared
-        self.settings = runner.settings
-        self.cli_len = len(runner.cli_prefix)
-        request_flags = runner.engine.request_flags
+    def __init__(self, ctx: CampaignContext, cells: list[Cell], invocations: list[command_builder.Invocation],
+                 prepared: model_cache.PreparedCache | None):
+        self.ctx, self.cells, self.invocations, self.prepared = ctx, cells, invocations, prepared
+        self.settings, self.lease = ctx.settings, ctx.lease
+        self.cli_len = len(ctx.cli_prefix)
+        self.adapter: dict[str, Any] | None = None  # the CPU adapter's account, once its lines appear
+        request_flags = ctx.engine.request_flags
         grouping = warm_grouping
         self.key_of_cell = grouping.group_by_engine([
             grouping.engine_key(inv.argv[self.cli_len:], inv.config_content, request_flags,
                                 grouping.invocation_env(inv))
-            for inv in runner.invocations])
+            for inv in invocations])
         self.request_key_of_cell = [grouping.request_key(inv.argv[self.cli_len:], inv.config_content, request_flags)
-                                    for inv in runner.invocations]
+                                    for inv in invocations]
         keys = sorted(set(self.key_of_cell))
         self.keys = keys
-        self.grouping = {"request_flags_source": runner.engine.method if request_flags is not None else "fallback",
+        self.grouping = {"request_flags_source": ctx.engine.method if request_flags is not None else "fallback",
                          "engine_configurations": len(keys)}
         self.starts: list[EngineStart] = []
         self.resident: dict[int, EngineStart] = {}
@@ -61,12 +65,12 @@ class WarmCampaign:
         self.residency: dict[str, Any] = {"engines_needed": len(keys), "checked": len(keys) < 2, "resident": True,
                                           "reason": "one engine configuration" if len(keys) < 2 else None}
         self.schedule = "interleaved"
-        self.overlap = engine_overlap.not_decided(runner.settings.engine_overlap, len(keys))
+        self.overlap = engine_overlap.not_decided(ctx.settings.engine_overlap, len(keys))
 
     # -- engines -------------------------------------------------------------------------------------------------
 
     def _arms_of(self, key_index: int) -> list[str]:
-        pairs = zip(self.runner.cells, self.key_of_cell, strict=True)
+        pairs = zip(self.cells, self.key_of_cell, strict=True)
         return list(dict.fromkeys(c.arm for c, k in pairs if k == key_index))
 
     def _start(self, key_index: int) -> EngineStart:
@@ -74,8 +78,7 @@ class WarmCampaign:
 
     def _launch(self, key_index: int) -> EngineStart:
         """Spawn the engine of ``key_index``; its log is read (and written) by a thread until ``_finish`` awaits it."""
-        runner = self.runner
-        inv = runner.invocations[self.key_of_cell.index(key_index)]
+        inv = self.invocations[self.key_of_cell.index(key_index)]
         number = len(self.starts) + 1
         engine_dir = self.settings.output_root / f"{inv.run_id.split('__')[0]}__{self.settings.label}__warm-e{number}"
         engine_dir.mkdir(parents=True, exist_ok=False)
@@ -84,14 +87,14 @@ class WarmCampaign:
             config = engine_dir / inv.config_path.name
             config.write_text(inv.config_content or "", encoding="utf-8")
             args = [f"--config={config}" if t == f"--config={inv.config_path}" else t for t in args]
-        argv = warm_engine.driver_argv(runner.engine_python, args)
+        argv = warm_engine.driver_argv(self.ctx.engine_python, args)
         start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
                             contract.utc_now(),  # how its footprint is measured: RSS on CPU, NVML on a GPU
-                            memory_kind="process_rss" if runner.cuda_visible_devices is None else "device")
+                            memory_kind="device" if self.lease.on_gpu else "process_rss")
         self.starts.append(start)
         print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)
-        child_env, echo = runner._child_env(inv, self.prepared), sys.stderr if self.settings.echo_engine else None
-        engine = probe_interpreter.adopt(runner.engine_python, start.id, argv, child_env, start.log_path,
+        child_env, echo = self.ctx.child_env(inv, self.prepared), sys.stderr if self.settings.echo_engine else None
+        engine = probe_interpreter.adopt(self.ctx.engine_python, start.id, argv, child_env, start.log_path,
                                          cwd=engine_dir, echo=echo) or warm_engine.WarmEngine(
             start.id, argv, child_env, start.log_path, cwd=engine_dir, echo=echo)
         start.engine = engine
@@ -104,10 +107,10 @@ class WarmCampaign:
     def _finish(self, start: EngineStart) -> EngineStart:
         """Await a launched engine's READY (its load, timed by the log thread from the launch), then serve its warm-up
         requests; the first engine decides here, once loaded, whether the others launch beside its warm-up."""
-        runner, engine, key_index = self.runner, start.engine, start.key_index
+        engine, key_index = start.engine, start.key_index
         first = self.key_of_cell.index(key_index)
-        inv, engine_dir = runner.invocations[first], start.log_path.parent
-        gate = engine_args.log_gate(runner.markers, inv.argv, quality=inv.quality_level)
+        inv, engine_dir = self.invocations[first], start.log_path.parent
+        gate = engine_args.log_gate(self.ctx.markers, inv.argv, quality=inv.quality_level)
 
         def on_line(line: str) -> str | None:
             self._note_adapter(start, line)
@@ -140,7 +143,7 @@ class WarmCampaign:
                 config.write_text(warm_inv.config_content or "", encoding="utf-8")
             args = warm_grouping.with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json",
                                                     warm_dir, "warmup", config)
-            judged = Cell(index=first, arm=runner.cells[first].arm)  # judged like a measured request, never counted
+            judged = Cell(index=first, arm=self.cells[first].arm)  # judged like a measured request, never counted
             with progress.phase(f"engine {start.id}: warm-up request {n} of {len(warmups)}") as ticker:
                 segment = self._serve(start, judged, f"{start.id}-warmup{n}", args, warm_inv.quality_level,
                                       warm_dir / "warmup.perf.json", warm_dir, "warmup", warm_dir / "engine.log",
@@ -173,7 +176,7 @@ class WarmCampaign:
         for index, (engine, request) in enumerate(zip(self.key_of_cell, self.request_key_of_cell, strict=True)):
             if engine == key_index:
                 firsts.setdefault(request, index)
-        return [self.runner.invocations[i] for i in firsts.values() for _ in range(self.settings.warmup_requests)]
+        return [self.invocations[i] for i in firsts.values() for _ in range(self.settings.warmup_requests)]
 
     def _note_adapter(self, start: EngineStart, line: str) -> None:
         """The CPU adapter's lines and the memory evidence of this engine (the adapter may patch lazily, so
@@ -184,13 +187,13 @@ class WarmCampaign:
         start.adapter_lines.append(line)
         adapter = sgl_cpu_adapter.summarize(start.adapter_lines)
         if adapter is not None:
-            self.runner.adapter = adapter
+            self.adapter = adapter
 
     def _gpu_snapshot(self) -> tuple[set[int], dict[str, int]] | None:
         """GPU process ids and used memory per leased GPU (None on CPU)."""
-        if self.runner.cuda_visible_devices is None:
+        if not self.lease.on_gpu:
             return None
-        return {p["pid"] for p in self.runner.gpu_processes()}, self.runner.gpu_memory_used()
+        return {p["pid"] for p in self.lease.gpu_processes()}, self.lease.gpu_memory_used()
 
     def _footprint(self, start: EngineStart, gpu_before: tuple[set[int], dict[str, int]] | None) -> int | None:
         """What this engine holds: its process group's RSS on CPU; on GPU the growth of used memory on the
@@ -234,13 +237,12 @@ class WarmCampaign:
                                   reason=f"--warm-schedule {self.schedule} chosen by the caller")
             return
         others = len(self.keys) - 1
-        available = (warm_engine.available_memory_bytes() if self.runner.cuda_visible_devices is None
-                     else self.runner.gpu_free_bytes())
+        available = self.lease.gpu_free_bytes() if self.lease.on_gpu else warm_engine.available_memory_bytes()
         need = int(first.memory_bytes * others * RESIDENCY_MARGIN) if first.memory_bytes else None
         resident = need is not None and available is not None and available >= need
         self.residency.update(checked=True, first_engine_bytes=first.memory_bytes, available_bytes=available,
                               needed_bytes=need, resident=resident,
-                              memory_kind="process_rss" if self.runner.cuda_visible_devices is None else "device",
+                              memory_kind="device" if self.lease.on_gpu else "process_rss",
                               reason=("the other engine(s) fit beside the first" if resident else
                                       "not enough free memory for every engine at once" if need and available
                                       else "memory could not be measured: engines alternate to be safe"))
@@ -250,12 +252,12 @@ class WarmCampaign:
         """Once the first engine is READY: launch the others now, beside its warm-up, when they fit (engine_overlap).
         Its footprint is taken now; on a GPU it stays this after-load figure, as used device memory soon counts the
         others too (process RSS on CPU is per engine, taken after warm-up as ever)."""
-        on_gpu = self.runner.cuda_visible_devices is not None
+        on_gpu = self.lease.on_gpu
         loaded = self._footprint(first, first.gpu_before)
         self.overlap = engine_overlap.decide(
             self.settings.engine_overlap, engines=len(self.keys), schedule=self.settings.warm_schedule,
             on_gpu=on_gpu, first_bytes=loaded,
-            available_bytes=self.runner.gpu_free_bytes() if on_gpu else warm_engine.available_memory_bytes())
+            available_bytes=self.lease.gpu_free_bytes() if on_gpu else warm_engine.available_memory_bytes())
         if not self.overlap["overlapped"]:
             return
         if on_gpu:
@@ -276,11 +278,11 @@ class WarmCampaign:
 
     def _launch_all_at_once(self) -> bool:
         """Before anything loads: launch every engine now when all fit by their weights on disk (engine_overlap)."""
-        on_gpu = self.runner.cuda_visible_devices is not None
+        on_gpu = self.lease.on_gpu
         decided = engine_overlap.decide_at_launch(
             self.settings.engine_overlap, engines=len(self.keys), schedule=self.settings.warm_schedule, on_gpu=on_gpu,
-            weights_bytes=engine_overlap.weights_on_disk(engine_overlap.model_path_of(self.runner.invocations[0].argv)),
-            available_bytes=self.runner.gpu_free_bytes() if on_gpu else warm_engine.available_memory_bytes())
+            weights_bytes=engine_overlap.weights_on_disk(engine_overlap.model_path_of(self.invocations[0].argv)),
+            available_bytes=self.lease.gpu_free_bytes() if on_gpu else warm_engine.available_memory_bytes())
         if decided is None:
             return False
         self.overlap = decided
@@ -337,8 +339,7 @@ class WarmCampaign:
                ticker: progress.Ticker | None = None) -> warm_engine.Segment:
         """One request on a warm engine, judged into ``cell`` by the same code as a cold cell (gated at the level
         the request runs at, ``quality``, as a cold cell is)."""
-        runner = self.runner
-        gate = engine_args.log_gate(runner.markers, args, quality=quality, prior_captures=start.captures,
+        gate = engine_args.log_gate(self.ctx.markers, args, quality=quality, prior_captures=start.captures,
                                     require_native=False)
         output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -359,13 +360,14 @@ class WarmCampaign:
         def edges() -> request_path.Boundary:  # resolved after judging: the last host window overlaps it
             if not (before and after):
                 return request_path.Boundary.unchecked()
-            return request_path.Boundary(runner.foreign_check is not None, before[0], after[0], before[1](), after[1]())
+            return request_path.Boundary(self.lease.foreign_check is not None, before[0], after[0], before[1](),
+                                         after[1]())
         error = _segment_reason(segment, "during this request") \
             if segment.status in ("error", "exited") and not segment.stop_reason else None
         request_path.finish_cell(cell, verdict=verdict, returncode=returncode, stop_reason=segment.stop_reason,
                                  stop_line=segment.stop_line, stopped_after_s=segment.stopped_after_s,
                                  wall_s=segment.wall_s, perf_dump_path=perf_dump, output_dir=output_dir,
-                                 output_stem=stem, task=runner.preset.task, memory_kind=start.memory.kind,
+                                 output_stem=stem, task=self.ctx.preset.task, memory_kind=start.memory.kind,
                                  boundary=edges, request_error=error, requested=output_check.requested_shape(args))
         if segment.status in ("stopped", "timeout", "exited"):
             start.status = "failed"
@@ -377,10 +379,10 @@ class WarmCampaign:
     def _boundary_sampler(self) -> Callable[[], BoundarySample]:
         """Foreign GPU processes now, and a host sample started now (its window overlaps the request or its
         judging), our resident engines excluded."""
-        runner = self.runner
         alive = [s.engine for s in self.starts if s.engine is not None and s.engine.alive]
         own = self.own_gpu_pids.union(*(engine.pids() for engine in alive))
-        return lambda: (runner.foreign_now(own), host_load.start_sample(exclude=own))
+        lease = self.lease
+        return lambda: (lease.foreign_now(own), host_load.start_sample(exclude=own))
 
     def run_cell(self, cell: Cell, invocation: command_builder.Invocation, index: int) -> None:
         key_index = self.key_of_cell[index]
@@ -412,10 +414,10 @@ class WarmCampaign:
 
     def to_json(self) -> dict[str, Any]:
         return {**engines_block("warm", self.schedule, self.residency, [s.to_json() for s in self.starts],
-                                self.runner.cells, self.settings.primary_metric, self.settings.threshold_pct,
+                                self.cells, self.settings.primary_metric, self.settings.threshold_pct,
                                 self.settings.warmup_requests, self.overlap), "grouping": self.grouping,
                 "order": [{"cell": c.index, "arm": c.arm, "position": c.position, "engine": c.engine["id"]}
-                          for c in self.runner.cells if c.engine]}
+                          for c in self.cells if c.engine]}
 
 
 def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
@@ -429,10 +431,11 @@ def _segment_reason(segment: warm_engine.Segment, when: str) -> str:
 
 
 @contextlib.contextmanager
-def warm_engines(runner, prepared):
+def warm_engines(ctx: CampaignContext, cells: list[Cell], invocations: list[command_builder.Invocation],
+                 prepared: model_cache.PreparedCache | None) -> Iterator[WarmCampaign]:
     """The campaign's engines: shut down gracefully when it ends, stopped at once on Ctrl-C or an error (a driver
     still loading reads no quit request)."""
-    campaign = WarmCampaign(runner, prepared)
+    campaign = WarmCampaign(ctx, cells, invocations, prepared)
     try:
         yield campaign
     except BaseException:

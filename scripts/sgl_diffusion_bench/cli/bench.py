@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, campaign_session, command_builder, contract, engine_mode,
+from .. import (assets, bench_runner, campaign, campaign_context, campaign_session, command_builder, contract, engine_mode,
                engine_overlap, engine_probe, env, gpu, model_access, model_cache, nightly, presets, readiness, report,
                request_manifest, selftest, sequential, warm_campaign)
 from . import _engine_args, _runner
@@ -81,7 +81,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--discard-outliers", action="store_true", help="drop flagged outlier cells from "
                       "the statistics; they stay in the report, listed as discarded")
     camp.add_argument("--report", action="store_true", help="also write the Markdown evidence and the PNG plot")
-    camp.add_argument("--cell-timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=bench_runner.DEFAULT_CELL_TIMEOUT_S,
+    camp.add_argument("--cell-timeout-s", type=_runner.bounded_float(0, 7 * 86400, low_open=True), default=campaign_context.DEFAULT_CELL_TIMEOUT_S,
                       help="stop a cell's engine after this many seconds (the cell becomes failed)")
     camp.add_argument("--echo-engine", action="store_true", help="stream the engine's log lines to stderr")
     camp.add_argument("--engine", choices=engine_mode.MODES, default=None,
@@ -211,9 +211,9 @@ def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False
     return engine_probe.load_capabilities_file(Path(spec))
 
 
-def settings_from(args: argparse.Namespace) -> bench_runner.CampaignSettings:
+def settings_from(args: argparse.Namespace) -> campaign_context.CampaignSettings:
     output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks")
-    return bench_runner.CampaignSettings(
+    return campaign_context.CampaignSettings(
         label=args.label, output_root=output_root, threshold_pct=args.threshold_pct,
         primary_metric=args.primary_metric, discard_outliers=args.discard_outliers, warmup=not args.no_warmup,
         warmup_mode=args.warmup_mode, warmup_steps=args.warmup_steps, warm_schedule=args.warm_schedule,
@@ -239,17 +239,14 @@ def access_hubs(args: argparse.Namespace) -> list[Path] | None:
 
 
 def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,
-               build_model: bool, environment: dict[str, Any] | None = None,
-               use_cpu_adapter: bool = False,
-               manifest: request_manifest.Manifest | None = None) -> bench_runner.CampaignRunner:
+               build_model: bool, manifest: request_manifest.Manifest | None = None) -> bench_runner.CampaignRunner:
     """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag or a gated
     model cannot be reached) up front."""
     preset = model_access.require(preset, os.environ, access_hubs(args))
     model_path, warnings = presets.model_location(preset, args.model_path, build=build_model)
-    runner = bench_runner.CampaignRunner(
-        preset, plan_campaign(args, caps, manifest), settings_from(args), caps, environment=environment or {},
-        model_path=model_path,
-        asset_filenames={a.id: a.filename for a in assets.load_manifest()}, use_cpu_adapter=use_cpu_adapter)
+    ctx = campaign_context.CampaignContext.build(preset, plan_campaign(args, caps, manifest), settings_from(args),
+                                                 caps, model_path=model_path)
+    runner = bench_runner.CampaignRunner(ctx, asset_filenames={a.id: a.filename for a in assets.load_manifest()})
     runner.warnings += [w for w in warnings if build_model]  # a plan lists them itself
     return runner
 

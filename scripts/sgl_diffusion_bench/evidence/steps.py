@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import (assets, bcg_replay, bench_runner, campaign, campaign_session, contract, engine_probe, fileio, gpu,
-                model_cache, presets, sequential)
+from .. import (assets, bcg_replay, bench_runner, campaign, campaign_context, campaign_session, contract, engine_probe,
+                fileio, gpu, model_cache, presets, sequential)
 from ..presets import Preset
 from .request import EvidenceRequest
 
@@ -81,7 +81,7 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
     output_root = ctx.folder("campaign")
     plan = campaign.plan(campaign_mode(req), rounds=req.budget_rounds, samples=req.samples,
                          arm_a_args=list(req.baseline_args), arm_b_args=list(req.candidate_args))
-    settings = bench_runner.CampaignSettings(
+    settings = campaign_context.CampaignSettings(
         label="evidence", output_root=output_root, threshold_pct=req.threshold_pct, engine_mode="warm",
         extra_args=req.common_args, engine_overlap=req.engine_overlap,
         warmup_requests=WARMUP_REQUESTS, write_report=False,
@@ -91,8 +91,8 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
         time_budget_s=req.budget_minutes * 60 if req.budget_minutes else None,
         request={"model_path": req.model_path, "overrides": dict(req.overrides), "extra_args": list(req.common_args)})
     model_path, _ = presets.model_location(ctx.preset, req.model_path, build=False)
-    return bench_runner.CampaignRunner(ctx.preset, plan, settings, ctx.caps, environment={}, model_path=model_path,
-                                       asset_filenames={a.id: a.filename for a in assets.load_manifest()})
+    campaign_ctx = campaign_context.CampaignContext.build(ctx.preset, plan, settings, ctx.caps, model_path=model_path)
+    return bench_runner.CampaignRunner(campaign_ctx, asset_filenames={a.id: a.filename for a in assets.load_manifest()})
 
 
 def campaign_command(ctx: Context) -> str:
@@ -163,7 +163,7 @@ def bcg_replay_step(ctx: Context) -> Outcome:
     doc = bcg_replay.run_command(ctx.preset, ctx.caps, label="evidence-replay", bcg=True, output_root=folder,
                                  model_path=presets.model_location(ctx.preset, ctx.request.model_path,
                                                                    build=False)[0],
-                                 timeout_s=bench_runner.DEFAULT_CELL_TIMEOUT_S,
+                                 timeout_s=campaign_context.DEFAULT_CELL_TIMEOUT_S,
                                  build_local_model=lambda: presets.model_location(ctx.preset, ctx.request.model_path,
                                                                                   build=True), echo=False,
                                  extra_args=ctx.request.common_args)
