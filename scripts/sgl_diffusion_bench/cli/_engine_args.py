@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any, Protocol
 
 from .. import contract, engine_probe, engine_python
 from . import _runner
+
+
+class Options(Protocol):
+    """A parser or one of its argument groups: what options are added to."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action: ...
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +33,7 @@ def probe(args: argparse.Namespace, *, refresh: bool = False, accept_degraded: b
         keep_interpreter=keep_interpreter)
 
 
-def add_engine_run_options(group: argparse._ArgumentGroup) -> None:
+def add_engine_run_options(group: Options) -> None:
     """First-class engine options of a run, each validated against the probe when the command is built."""
     group.add_argument("--warmup-mode", help="the engine's --warmup-mode (0.5.23: off, request, server; default "
                        "request), checked against the probe")

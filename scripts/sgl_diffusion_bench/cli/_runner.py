@@ -29,6 +29,12 @@ class Parser(argparse.ArgumentParser):
                                   f"run '{self.prog} --help' for the accepted arguments")
 
 
+def add_command(subparsers: Any, name: str, *, help: str, **kwargs: Any) -> Parser:
+    """A subcommand whose help line in the list is also its own --help's description (and the options reference's
+    account of it)."""
+    return subparsers.add_parser(name, help=help, description=help, **kwargs)
+
+
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a decimal integer in [low, high]; anything else is a usage error at parse time."""
     def parse(text: str) -> int:

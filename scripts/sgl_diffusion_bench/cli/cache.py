@@ -28,14 +28,15 @@ def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
     parent = _runner.json_flag_parent()
-    p = sub.add_parser("prepare", parents=[parent], help="create <root>/<model>-<label> and print its environment")
+    p = _runner.add_command(sub, "prepare", parents=[parent],
+                            help="create <root>/<model>-<label> and print its environment")
     p.add_argument("--root", required=True, help="cache root (created with an ownership marker)")
     p.add_argument("--model", required=True, help="model id, e.g. black-forest-labs/FLUX.1-dev")
     p.add_argument("--label", default="baseline", help="names the child: <root>/<model>-<label>")
     p.add_argument("--seed-cache", action="append", default=[], help="read-only HF home or hub dir (repeatable)")
     p.add_argument("--preflight", action="store_true", help="refuse (exit 3) when the model would not fit")
     p.add_argument("--revision", default=None, help="revision for --preflight (default main)")
-    p = sub.add_parser("preflight", parents=[parent], help="will the model fit on the cache disk")
+    p = _runner.add_command(sub, "preflight", parents=[parent], help="will the model fit on the cache disk")
     p.add_argument("--model", required=True, help="model id, e.g. black-forest-labs/FLUX.1-dev")
     p.add_argument("--revision", default=None, help="revision to size (default main)")
     p.add_argument("--cache-dir", required=True, help="where the download would land (the cache root)")
@@ -45,7 +46,8 @@ def build_parser() -> _runner.Parser:
                    help="free space to keep on the cache disk after the download")
     p.add_argument("--hub-timeout-s", type=_runner.bounded_float(0, 3600, low_open=True),
                    default=model_cache.DEFAULT_HUB_TIMEOUT_S, help="how long to wait for the Hub's file listing")
-    p = sub.add_parser("cleanup", parents=[parent], help="delete one generated child, re-scan, append to the ledger")
+    p = _runner.add_command(sub, "cleanup", parents=[parent],
+                            help="delete one generated child, re-scan, append to the ledger")
     p.add_argument("--root", required=True, help="the cache root prepare created (it carries our marker)")
     p.add_argument("--child", required=True, help="child name (or path directly under --root)")
     p.add_argument("--reason", choices=model_cache.EXIT_REASONS, default="success",
@@ -54,7 +56,8 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--model", help="override the model recorded in the child's manifest")
     p.add_argument("--label", help="override the label recorded in the child's manifest")
     p.add_argument("--dry-run", action="store_true", help="print the plan; delete nothing, write no ledger line")
-    p = sub.add_parser("verify", parents=[parent], help="re-check that every ledger entry's cache dir is gone")
+    p = _runner.add_command(sub, "verify", parents=[parent],
+                            help="re-check that every ledger entry's cache dir is gone")
     p.add_argument("--ledger", required=True, help="the JSONL ledger cleanup appended to")
     return parser
 

@@ -23,20 +23,22 @@ def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
     parent = _runner.json_flag_parent()
-    p = sub.add_parser("inspect", parents=[parent], help="one env.v1 document: versions, GPUs, dirs, problems")
+    p = _runner.add_command(sub, "inspect", parents=[parent],
+                            help="one env.v1 document: versions, GPUs, dirs, problems")
     _engine_args.add_engine_options(p)
     p.add_argument("--no-engine-check", action="store_true",
                    help="skip importing the engine's generate entry point in a child process (the engine "
                    "probe's, shared with check_readiness through its cache; 10-40 s when not cached)")
-    sub.add_parser("print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
-    p = sub.add_parser("print-assets-dir", parents=[parent], help="<work root>/inputs/diffusion_benchmark/figs")
+    _runner.add_command(sub, "print-root", parents=[parent], help="the sglang repo root (or the work root without one)")
+    p = _runner.add_command(sub, "print-assets-dir", parents=[parent],
+                            help="<work root>/inputs/diffusion_benchmark/figs")
     p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
-    p = sub.add_parser("print-output-dir", parents=[parent], help="benchmarks or profiles output directory")
+    p = _runner.add_command(sub, "print-output-dir", parents=[parent], help="benchmarks or profiles output directory")
     p.add_argument("--kind", required=True, choices=sorted(env.OUTPUT_SUBDIRS), help="which tools' outputs")
     p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
     for name, helptext in (("print-idle-gpus", "comma-separated idle GPU indices, sampled several times"),
                            ("lease", "hold idle GPUs exclusively while COMMAND runs")):
-        p = sub.add_parser(name, parents=[parent], help=helptext)
+        p = _runner.add_command(sub, name, parents=[parent], help=helptext)
         p.add_argument("--count", type=_runner.bounded_int(1, 1024), default=1, help="how many idle GPUs")
         p.add_argument("--samples", type=_runner.bounded_int(1, 1000), default=3,
                        help="idle in every one of this many NVML readings")
@@ -50,7 +52,7 @@ def build_parser() -> _runner.Parser:
         if name == "lease":
             p.add_argument("--label", default="manual", help="names the lease holder for others to see")
             p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
-    sub.add_parser("check-write-access", parents=[parent], help="write a probe file under the work root")
+    _runner.add_command(sub, "check-write-access", parents=[parent], help="write a probe file under the work root")
     return parser
 
 

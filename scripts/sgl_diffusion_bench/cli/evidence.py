@@ -30,7 +30,7 @@ def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
     parent = _runner.json_flag_parent()
-    p = sub.add_parser("run", parents=[parent], help="make (or resume) the evidence folder of one change")
+    p = _runner.add_command(sub, "run", parents=[parent], help="make (or resume) the evidence folder of one change")
     p.add_argument("--out", required=True, help="the evidence folder: new, empty, or this request's own to resume")
     p.add_argument("--model", required=True, help="the preset (see bench_diffusion_denoise.py --list-models)")
     p.add_argument("--model-path", help="run the preset's request against this local model directory")
@@ -58,7 +58,7 @@ def build_parser() -> _runner.Parser:
                                               "after the campaign, the ledger re-checked")
     for name, text in (("verify", "re-check a folder: hashes, schemas, log gates, statistics, EVIDENCE.md"),
                        ("render", "write EVIDENCE.md and the plot again from the folder's documents")):
-        q = sub.add_parser(name, parents=[parent], help=text)
+        q = _runner.add_command(sub, name, parents=[parent], help=text)
         q.add_argument("dir", metavar="DIR", help="an evidence folder")
     return parser
 

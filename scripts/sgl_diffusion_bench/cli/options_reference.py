@@ -12,6 +12,7 @@ import ast
 import importlib
 import re
 from pathlib import Path
+from typing import Iterable
 
 from ..paths import CHECKOUT_ROOT
 
@@ -51,26 +52,53 @@ def _anchor(heading: str) -> str:
 
 def render(cli_module: str) -> str:
     """The option tables of ``sgl_diffusion_bench.cli.<cli_module>``: one per argument group, and one per
-    subcommand for scripts that have them."""
+    subcommand for scripts that have them (each subcommand's help is its parser's description)."""
     parser = importlib.import_module(f"{__package__}.{cli_module}").build_parser()
-    prog = parser.prog
-    parts = [_groups(parser)]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {choice.dest: choice.help for choice in action._choices_actions}
-            for name, sub in action.choices.items():
-                parts.append(f"**`{prog} {name}`**: {helps.get(name) or ''}\n\n{_groups(sub)}")
+    sections = help_sections(parser)
+    parts = [_groups(sections)]
+    for action in (a for _, actions in sections for a in actions if _subcommands(a)):
+        for name, sub in action.choices.items():
+            parts.append(f"**`{parser.prog} {name}`**: {sub.description or ''}\n\n{_groups(help_sections(sub))}")
     return "\n".join(p for p in parts if p.strip())
 
 
 GENERIC_GROUPS = ("positional arguments", "options", "optional arguments")  # argparse's own, merged into one table
 
 
-def _groups(parser: argparse.ArgumentParser) -> str:
+def help_sections(parser: argparse.ArgumentParser) -> list[tuple[str | None, list[argparse.Action]]]:
+    """Each section of ``parser``'s --help (its title and actions), as argparse hands them to its formatter: the
+    formatter's public hooks are the parser's only public account of its groups."""
+    sections: list[tuple[str | None, list[argparse.Action]]] = []
+
+    class Recorder(argparse.HelpFormatter):
+        def start_section(self, heading: str | None) -> None:
+            sections.append((heading, []))
+            super().start_section(heading)
+
+        def add_arguments(self, actions: Iterable[argparse.Action]) -> None:
+            actions = list(actions)
+            if sections:
+                sections[-1][1].extend(actions)
+            super().add_arguments(actions)
+
+    shown = parser.formatter_class
+    parser.formatter_class = Recorder
+    try:
+        parser.format_help()
+    finally:
+        parser.formatter_class = shown
+    return sections
+
+
+def _subcommands(action: argparse.Action) -> bool:
+    return callable(getattr(action, "add_parser", None))
+
+
+def _groups(sections: list[tuple[str | None, list[argparse.Action]]]) -> str:
     tables: dict[str, list[str]] = {}
-    for group in parser._action_groups:
-        title = "" if group.title in GENERIC_GROUPS else group.title
-        tables.setdefault(title, []).extend(_row(a) for a in group._group_actions if _documented(a))
+    for heading, actions in sections:
+        title = "" if heading in GENERIC_GROUPS or heading is None else heading
+        tables.setdefault(title, []).extend(_row(a) for a in actions if _documented(a))
     return "\n".join((f"*{title}*\n\n" if title else "") + HEADER + "\n".join(rows) + "\n"
                      for title, rows in tables.items() if rows)
 
@@ -79,7 +107,7 @@ HEADER = "| Option | Value | Default | What it does |\n|---|---|---|---|\n"
 
 
 def _documented(action: argparse.Action) -> bool:
-    if isinstance(action, argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
+    if _subcommands(action) or action.help == argparse.SUPPRESS:
         return False
     return not set(action.option_strings) & COMMON
 
@@ -100,8 +128,17 @@ def _value(action: argparse.Action) -> str:
         word = ""
     if action.nargs in ("+", "*"):
         word = f"{word} ..." if word else "..."
-    repeat = " (repeatable)" if isinstance(action, argparse._AppendAction) else ""
+    repeat = " (repeatable)" if _repeatable(action) else ""
     return word + repeat
+
+
+def _repeatable(action: argparse.Action) -> bool:
+    """Whether giving the option again adds to its value (append, extend), asked of the action itself: argparse
+    names no public type for it."""
+    namespace = argparse.Namespace(**{action.dest: ["earlier"]})
+    action(argparse.ArgumentParser(), namespace, "again")
+    value = getattr(namespace, action.dest)
+    return isinstance(value, list) and len(value) > 1 and value[0] == "earlier"
 
 
 def _default(action: argparse.Action) -> str:

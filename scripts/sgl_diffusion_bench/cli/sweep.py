@@ -30,10 +30,11 @@ def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
     parent = _runner.json_flag_parent()
-    p = sub.add_parser("plan", parents=[parent], help="the shards of a spec: commands, GPUs, estimated cost")
+    p = _runner.add_command(sub, "plan", parents=[parent], help="the shards of a spec: commands, GPUs, estimated cost")
     p.add_argument("spec", help="the sweep spec (YAML, sweep-spec.v1)")
     p.add_argument("--folder", default="sweep", help="the sweep folder the commands write to (default ./sweep)")
-    p = sub.add_parser("run", parents=[parent], help="run the shards not finished yet (skips done, retries failed)")
+    p = _runner.add_command(sub, "run", parents=[parent],
+                            help="run the shards not finished yet (skips done, retries failed)")
     p.add_argument("spec", help="the sweep spec (YAML, sweep-spec.v1)")
     p.add_argument("--folder", required=True, help="the sweep folder (a shared file system for Slurm)")
     p.add_argument("--executor", choices=executors.EXECUTORS, default="local",
@@ -55,12 +56,12 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--ray-address", help="ray: the cluster's address (default: $RAY_ADDRESS, else 'auto')")
     for name, text in (("status", "done / running / failed / pending per shard, from the sweep folder"),
                        ("merge", "one sweep-report.v1, its Markdown and a Pareto plot per arm")):
-        p = sub.add_parser(name, parents=[parent], help=text)
+        p = _runner.add_command(sub, name, parents=[parent], help=text)
         p.add_argument("--folder", required=True, help="the sweep folder")
         if name == "merge":
             p.add_argument("--engine-dir", help="the sglang package directory whose nightly perf baselines each "
                                                 "shard is compared with (default: the installed engine's)")
-    p = sub.add_parser("cancel", parents=[parent], help="stop running or queued shards (scancel, Ray cancel)")
+    p = _runner.add_command(sub, "cancel", parents=[parent], help="stop running or queued shards (scancel, Ray cancel)")
     p.add_argument("--folder", required=True, help="the sweep folder")
     p.add_argument("--shard", action="append", required=True, help="a shard id (repeatable)")
     return parser

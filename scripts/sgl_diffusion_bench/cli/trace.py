@@ -33,12 +33,14 @@ def build_parser() -> _runner.Parser:
     parser = _runner.new_parser(TOOL, __doc__.strip(), EPILOG)
     sub = parser.add_subparsers(dest="command", parser_class=_runner.Parser)
     parent = _runner.json_flag_parent()
-    p = sub.add_parser("hotspots", parents=[parent], help="kernels, launches, stages and steps of one or more traces")
+    p = _runner.add_command(sub, "hotspots", parents=[parent],
+                            help="kernels, launches, stages and steps of one or more traces")
     p.add_argument("traces", nargs="+", metavar="TRACE", help=".json or .json.gz Chrome trace; several = ranks")
     p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=30,
                    help="kernels/CPU ops shown on stdout (default 30)")
     p.add_argument("--output", help="write the full, unbounded document (every kernel) to this file")
-    p = sub.add_parser("compare", parents=[parent], help="two traces (e.g. eager vs graph) as the PR profile table")
+    p = _runner.add_command(sub, "compare", parents=[parent],
+                            help="two traces (e.g. eager vs graph) as the PR profile table")
     p.add_argument("trace_a", metavar="A", help="the baseline trace (e.g. eager)")
     p.add_argument("trace_b", metavar="B", help="the candidate trace of the same request (e.g. graph replay)")
     p.add_argument("--label-a", default="A", help="A's name in the tables")
@@ -49,7 +51,7 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--host-load-a", metavar="FILE",
                    help="A's host-load record (trace-host-load.v1; default: <A>.host-load.json beside the trace)")
     p.add_argument("--host-load-b", metavar="FILE", help="B's host-load record, as --host-load-a")
-    p = sub.add_parser("classify", parents=[parent],
+    p = _runner.add_command(sub, "classify", parents=[parent],
                        help="label hot kernels and unfused chains with fast-path families")
     p.add_argument("trace", metavar="TRACE", help=".json or .json.gz Chrome trace")
     p.add_argument("--top", type=_runner.bounded_int(1, 100_000), default=20,

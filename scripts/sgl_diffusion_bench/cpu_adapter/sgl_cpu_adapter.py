@@ -181,11 +181,11 @@ def _lazy_torch_cpu(hooks: "_Hooks") -> None:
     cpu.__getattr__ = __getattr__
 
 
-def _patch_torchvision_ops(extension: Any) -> None:
-    if extension._has_ops():
+def _patch_torchvision_ops() -> None:
+    import torch
+    if hasattr(torch.ops.torchvision, "nms"):  # what torchvision.extension's C library registers when it loads
         _report("b0", "not-needed", "torchvision's C ops loaded")
         return
-    import torch
     library = torch.library.Library("torchvision", "FRAGMENT")
     for op in ("nms", "qnms"):
         library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
@@ -253,7 +253,7 @@ def _patch_triton(module: Any) -> None:
 _PLATFORMS_CPU = "sglang.multimodal_gen.runtime.platforms.cpu"
 # (module, "pre"|"post" its execution, patch id, action(hooks, module))
 HOOKS: list[tuple[str, str, str, Callable[[Any, Any], None]]] = [
-    ("torchvision.extension", "post", "b0", lambda hooks, module: _patch_torchvision_ops(module)),
+    ("torchvision.extension", "post", "b0", lambda hooks, module: _patch_torchvision_ops()),
     (_TRITON + "norm", "pre", "b1", lambda hooks, module: _lazy_torch_cpu(hooks)),
     (_PLATFORMS_CPU, "post", "b2", lambda hooks, module: _patch_platform(module, "b2")),
     (_PLATFORMS_CPU, "post", "b2a", lambda hooks, module: _patch_platform(module, "b2a")),
