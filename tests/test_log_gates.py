@@ -445,3 +445,20 @@ def test_a_bad_catalog_entry_names_the_file_not_the_pattern(tmp_path):
     with pytest.raises(contract.InputError) as info:
         log_markers.parse_catalog(document, "my-markers.yaml")
     assert info.value.message.startswith("my-markers.yaml: markers[id=") and "example" in info.value.message
+
+
+def test_one_ansi_stripper_cleans_every_real_engine_log_line():
+    """Every ANSI code in the kept engine logs (CPU and H200, both releases: colours, tqdm's cursor-up) is gone after
+    clean_line, and the two forms the earlier strippers each missed are stripped too: a private cursor mode (tqdm
+    hiding the cursor) and a colour code whose ESC was lost."""
+    logs = [p for p in TEST_FIXTURES.rglob("*") if p.suffix in (".txt", ".log") and p.is_file()]
+    coloured = [line for p in logs for line in p.read_text(encoding="utf-8", errors="replace").splitlines()
+                if "\x1b[" in line]
+    assert len(coloured) > 100
+    for line in coloured:
+        cleaned = log_gates.clean_line(line)
+        assert "\x1b" not in cleaned and not re.search(r"\[\d+(?:;\d+)*m", cleaned), line
+    captured = "\x1b[A\r[12-01 10:00:40] [Diffusion BCG] captured \x1b[92m4\x1b[0;0m segment(s)"
+    assert log_gates.clean_line(captured) == "\r[12-01 10:00:40] [Diffusion BCG] captured 4 segment(s)"
+    assert log_gates.clean_line("\x1b[?25l[12-01] Completed [1;36m3[0m outputs\r\n") == "[12-01] Completed 3 outputs"
+    assert log_gates.clean_line("shape [1, 3] in [00:01<00:00]") == "shape [1, 3] in [00:01<00:00]"

@@ -31,7 +31,6 @@ WARMUP_DONE = re.compile(r"Warmup requests: 100%\|.*?(\d+)/\1 \[[^,\]]*, [^,\]]*
                          r"\((?P<shape>[^,)]*), (?P<steps>[^)]*?) steps?\), last=(?P<last>[\d.]+)s\]")
 # sglang 0.5.10.post1: "Warmup req (1/1) processed in 1.71 seconds"
 WARMUP_DONE_0510 = re.compile(r"Warmup req \((\d+)/(\d+)\) processed in ([\d.]+) seconds")
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\[\d+(?:;\d+)*m")
 
 
 def flag_name(token: str) -> str | None:
@@ -82,13 +81,9 @@ def duplicate_flags(sources: Iterable[tuple[str, Sequence[str]]]) -> dict[str, l
     return {flag: where for flag, where in seen.items() if len(where) > 1}
 
 
-def clean(line: str) -> str:
-    return ANSI.sub("", line).rstrip("\r\n")
-
-
 def parse_server_args(line: str) -> dict[str, Any] | None:
     """The effective settings of one ``server_args: {...}`` log line, or None when the line is not one."""
-    match = SERVER_ARGS.search(clean(line))
+    match = SERVER_ARGS.search(log_gates.clean_line(line))
     if not match:
         return None
     try:
@@ -100,7 +95,7 @@ def parse_server_args(line: str) -> dict[str, Any] | None:
 
 def parse_warmup(line: str) -> dict[str, Any] | None:
     """One finished warm-up request: what it was, its resolution, its steps and its seconds (the engine's own)."""
-    text = clean(line).split("\r")[-1]
+    text = log_gates.clean_line(line).split("\r")[-1]
     match = WARMUP_DONE.search(text)
     if not match:
         legacy = WARMUP_DONE_0510.search(text)

@@ -23,8 +23,9 @@ from typing import Any
 from . import contract
 from .log_markers import Marker, MarkerSet, required_literal
 
-# ANSI colour and cursor codes (the engine colours numbers and paths; tqdm moves the cursor).
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# ANSI colour and cursor codes (the engine colours numbers and paths; tqdm moves the cursor and hides it with private
+# modes such as ESC[?25l), and a colour code whose ESC was lost on the way ("[0m", "[1;36m").
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[\d+(?:;\d+)*m")
 MAX_RECORDED_LINES = 50  # per list; a crash loop must not turn a verdict into megabytes
 MAX_LINE_CHARS = 400
 
@@ -106,9 +107,10 @@ class GateVerdict:
 
 
 def clean_line(line: str) -> str:
-    """A log line without ANSI codes and line terminator, as the markers are written."""
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
+    """A log line without ANSI codes and line terminator, as the markers are written: the one stripper every reader
+    of engine logs uses."""
+    if "[" in line:
+        line = ANSI.sub("", line)
     return line.rstrip("\r\n")
 
 
