@@ -10,7 +10,7 @@ import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_args, engine_probe, presets,
-                                  report, run_record)
+                                  report, request_setup, run_record)
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"
 H10 = TEST_FIXTURES / "gpu-h200-0.5.10"
@@ -222,10 +222,10 @@ def test_bcg_replay_engines_carry_the_overrides_and_extra_args(tmp_path):
     model = str(tmp_path / "FLUX.1-dev")
     preset = presets.customised([presets.get_preset("flux-1gpu")], ["num_inference_steps=8"], model)[0]
     replay = bcg_replay.Replay(preset, engine_probe.recent_engine_capabilities(), label="r", output_root=tmp_path,
-                               cli_prefix=["sglang", "generate"], python="python3", caller_env={}, model_path=model,
-                               bcg=True, timeout_s=10, use_cpu_adapter=False,
-                               extra_args=("--attention-backend", "torch_sdpa"))
-    for name, (invocation, with_bcg, _) in replay.configs.items():
+                               cli_prefix=["sglang", "generate"], python="python3",
+                               engine_env=request_setup.EngineEnv.of({}, use_cpu_adapter=False), model_path=model,
+                               bcg=True, timeout_s=10, extra_args=("--attention-backend", "torch_sdpa"))
+    for name, (invocation, with_bcg) in replay.configs.items():
         argv = invocation.argv
         assert argv[argv.index("--attention-backend") + 1] == "torch_sdpa" and "--num-inference-steps=8" in argv
         assert engine_args.requests_bcg(argv) is with_bcg is (name == "bcg")

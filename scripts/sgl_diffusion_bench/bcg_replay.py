@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import (campaign_context, command_builder, contract, engine_args, engine_process, fileio, gpu, log_gates,
-               log_markers, warm_engine)
+               log_markers, request_setup, warm_engine)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -85,10 +85,9 @@ class Replay:
     """Runs the script on an eager engine and on a BCG engine and compares them request by request."""
 
     def __init__(self, preset: Preset, engine: EngineCapabilities, *, label: str, output_root: Path,
-                 cli_prefix: Sequence[str], python: str, caller_env: dict[str, str], model_path: str | None,
-                 bcg: bool, timeout_s: float, use_cpu_adapter: bool, cuda_visible_devices: str | None = None,
-                 echo=None, extra_args: Sequence[str] = ()):
-        self.preset, self.engine, self.label, self.bcg = preset, engine, label, bcg
+                 cli_prefix: Sequence[str], python: str, engine_env: request_setup.EngineEnv, model_path: str | None,
+                 bcg: bool, timeout_s: float, echo=None, extra_args: Sequence[str] = ()):
+        self.preset, self.engine, self.label, self.bcg, self.engine_env = preset, engine, label, bcg, engine_env
         self.root = output_root / f"{preset.name}__{label}__bcg-replay"
         self.python, self.timeout_s, self.echo = python, timeout_s, echo
         self.markers = log_markers.markers_for_version(engine.version)
@@ -100,13 +99,8 @@ class Replay:
                                                  extra_args=(*extra_args, *campaign_context.port_args_for(engine)))
             invocation = command_builder.build_invocation(
                 preset, options, engine, sglang_cli=list(cli_prefix), output_root=self.root, assets_dir=Path("/"),
-                caller_env=caller_env, model_path=model_path)
-            child = invocation.child_env(caller_env)
-            if cuda_visible_devices is not None:
-                child["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-            if use_cpu_adapter:
-                child = engine_process.cpu_adapter_env(child, campaign_context.adapter_switches_off(caller_env))
-            self.configs[name] = (invocation, with_bcg, child)
+                caller_env=engine_env.caller_env, model_path=model_path)
+            self.configs[name] = (invocation, with_bcg)
 
     def run(self) -> dict[str, Any]:
         if self.root.exists():
@@ -136,14 +130,14 @@ class Replay:
                                  pairs=pairs, problems=problems)
 
     def _serve_all(self, name: str) -> dict[str, Any]:
-        invocation, with_bcg, child_env = self.configs[name]
+        invocation, with_bcg = self.configs[name]
         engine_dir = self.root / name
-        engine_dir.mkdir(parents=True)
-        args = list(invocation.argv[self.cli_len:])
-        engine = warm_engine.WarmEngine(name, warm_engine.driver_argv(self.python, args), child_env,
+        prepared = request_setup.prepare(invocation, self.engine_env, self.markers, run_dir=engine_dir)
+        args = list(prepared.argv[self.cli_len:])
+        engine = warm_engine.WarmEngine(name, warm_engine.driver_argv(self.python, args), dict(prepared.env),
                                         engine_dir / "engine.log", cwd=engine_dir, echo=self.echo)
         capture_lines: list[str] = []
-        startup = log_gates.RequestLogGate(self.markers, bcg_expected=with_bcg, require_native=True)
+        startup = prepared.gate
 
         def watch(gate: log_gates.RequestLogGate):
             def on_line(line: str) -> str | None:
@@ -168,7 +162,8 @@ class Replay:
             for request in self.requests:
                 out_dir = engine_dir / request.id
                 out_dir.mkdir()
-                gate = log_gates.RequestLogGate(self.markers, bcg_expected=with_bcg, prior_captures=captures)
+                gate = engine_args.log_gate(self.markers, invocation.argv, quality=invocation.quality_level,
+                                            prior_captures=captures, require_native=False)
                 before = len(capture_lines)
                 segment = engine.serve(request.id, request_args(args, request, out_dir), watch(gate), self.timeout_s)
                 (out_dir / "engine.log").write_text("".join(line + "\n" for line in segment.lines), encoding="utf-8")
@@ -200,10 +195,10 @@ def run_command(preset: Preset, engine: EngineCapabilities, *, label: str, bcg: 
     cli = [*engine_process.sglang_cli(), "generate"]
 
     def replay(visible: str | None, cpu: bool) -> Replay:
+        engine_env = request_setup.EngineEnv.of(os.environ, use_cpu_adapter=cpu, cuda_visible_devices=visible)
         return Replay(preset, engine, label=label, output_root=output_root, cli_prefix=cli, python=sys.executable,
-                      caller_env=dict(os.environ), model_path=model_path, bcg=bcg, timeout_s=timeout_s,
-                      use_cpu_adapter=cpu, cuda_visible_devices=visible, echo=sys.stderr if echo else None,
-                      extra_args=extra_args)
+                      engine_env=engine_env, model_path=model_path, bcg=bcg, timeout_s=timeout_s,
+                      echo=sys.stderr if echo else None, extra_args=extra_args)
 
     replay(None, False)
     if preset.local_model:
@@ -211,9 +206,7 @@ def run_command(preset: Preset, engine: EngineCapabilities, *, label: str, bcg: 
     inventory = gpu.read_inventory()
     if preset.num_gpus == 0:
         return replay(None, not inventory.gpus).run()
-    if not inventory.gpus:
-        raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
-                                         f"{inventory.reason}", "run it on a GPU machine")
+    request_setup.require_gpus(preset.name, preset.num_gpus, inventory, "run it on a GPU machine")
     with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{label}:replay", inventory) as (visible, _):
         return replay(visible, False).run()
 

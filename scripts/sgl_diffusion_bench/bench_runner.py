@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_args, engine_mode,
                engine_starts, env, fileio, host_load, manifest_campaign, model_cache, presets, report, request_path,
-               request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign)
+               request_setup, request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign)
 from .campaign_context import CampaignContext, Site
 from .cell import Cell, Report
 from .presets import Preset
@@ -240,10 +240,7 @@ class CampaignRunner:
 
     def _run_cell(self, cell: Cell, invocation: command_builder.Invocation,
                   prepared: model_cache.PreparedCache | None) -> None:
-        invocation.run_dir.mkdir(parents=True, exist_ok=False)
-        if invocation.config_path is not None:
-            invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-        gate = engine_args.log_gate(self.ctx.markers, invocation.argv, quality=invocation.quality_level)
+        request = request_setup.prepare(invocation, self.ctx.engine_env(prepared), self.ctx.markers)
         facts = engine_args.EngineRunFacts()
         ticker = Ticker(f"cell {cell.index + 1}/{len(self.cells)} {cell.arm}")  # a cold start loads quietly
 
@@ -254,8 +251,7 @@ class CampaignRunner:
         if invocation.quality is not None:
             cell.quality = dict(invocation.quality)  # the level the engine ran, aliases resolved
         adapter = request_path.run_cold(
-            cell, argv=invocation.argv, env=self.ctx.child_env(invocation, prepared), run_dir=invocation.run_dir,
-            gate=gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
+            cell, argv=request.argv, env=dict(request.env), run_dir=request.run_dir, gate=request.gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
             output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
             echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.ctx.lease.foreign_check,
             observe=observe, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA))  # built while it runs

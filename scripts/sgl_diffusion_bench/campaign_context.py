@@ -14,9 +14,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import (campaign as campaign_mod, command_builder, contract, engine_process, log_markers, model_cache,
-               sequential)
-from .cpu_adapter import sgl_cpu_adapter
+from . import campaign as campaign_mod, contract, engine_process, log_markers, model_cache, request_setup, sequential
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -58,15 +56,6 @@ class CampaignSettings:
     def ledger_path(self) -> Path:
         """Where model-cache cleanups are ledgered: the caller's ledger, else beside the reports."""
         return self.cleanup_ledger or self.output_root / "cleanup.jsonl"
-
-
-def adapter_switches_off(caller_env: Mapping[str, str]) -> frozenset[str]:
-    """The CPU adapter patches the caller switched off (its DISABLE_ENV variable), checked before anything runs."""
-    try:
-        return sgl_cpu_adapter.parse_disabled(caller_env.get(sgl_cpu_adapter.DISABLE_ENV))
-    except ValueError as exc:
-        raise contract.UsageError("usage.bad_adapter_switch", str(exc),
-                                  f"set {sgl_cpu_adapter.DISABLE_ENV} to patch ids such as b5,b6") from exc
 
 
 def port_args_for(engine: EngineCapabilities) -> list[str]:
@@ -157,7 +146,7 @@ class CampaignContext:
                                       f"comparison; --campaign {plan.mode} has none or several",
                                       "use --campaign abba, aa or ab")
         env = types.MappingProxyType(dict(os.environ if caller_env is None else caller_env))
-        return cls(preset, plan, settings, engine, env, model_path, adapter_switches_off(env), site)
+        return cls(preset, plan, settings, engine, env, model_path, request_setup.adapter_switches_off(env), site)
 
     def at(self, site: Site) -> CampaignContext:
         """This campaign where it runs."""
@@ -184,15 +173,9 @@ class CampaignContext:
     def report_path(self) -> Path:
         return self.settings.output_root / f"{self.preset.name}__{self.settings.label}{REPORT_SUFFIX}"
 
-    def child_env(self, invocation: command_builder.Invocation,
-                  prepared: model_cache.PreparedCache | None) -> dict[str, str]:
-        """The environment one engine of this campaign gets: the invocation's own, the isolated cache, the leased
-        GPUs and, without a GPU, the CPU adapter."""
-        child = invocation.child_env(self.caller_env)
-        if prepared is not None:
-            child.update(prepared.env)
-        if self.lease.cuda_visible_devices is not None:
-            child["CUDA_VISIBLE_DEVICES"] = self.lease.cuda_visible_devices
-        if self.site.use_cpu_adapter:
-            child = engine_process.cpu_adapter_env(child, self.adapter_switches_off)
-        return child
+    def engine_env(self, prepared: model_cache.PreparedCache | None) -> request_setup.EngineEnv:
+        """What every engine of this campaign gets: the caller's environment, the isolated cache, the leased GPUs
+        and, without a GPU, the CPU adapter (request_setup builds each one's environment from it)."""
+        return request_setup.EngineEnv(self.caller_env, self.site.use_cpu_adapter, self.adapter_switches_off,
+                                       self.lease.cuda_visible_devices,
+                                       prepared.env if prepared is not None else request_setup.NO_MAPPING)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from . import bench_runner, contract, env, gpu
+from . import bench_runner, env, gpu, request_setup
 from .campaign_context import Lease, Site
 from .presets import Preset
 
@@ -30,9 +30,8 @@ def run(runners: Sequence[tuple[Preset, bench_runner.CampaignRunner]], label: st
     """Each campaign in turn, GPUs leased for its duration; stops at Ctrl-C with that campaign's partial report."""
     inventory = gpu.read_inventory()
     for preset, _ in runners:
-        if preset.num_gpus > 0 and not inventory.gpus:
-            raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
-                                             f"{inventory.reason}", "run it on a GPU machine, or use tiny-flux-cpu")
+        request_setup.require_gpus(preset.name, preset.num_gpus, inventory,
+                                   "run it on a GPU machine, or use tiny-flux-cpu")
     site = Site(environment_record(), use_cpu_adapter=not inventory.gpus)
     for preset, _ in runners:
         build_model(preset)  # a local model is built once, on first use

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import (assets, campaign_context, command_builder, contract, engine_args, engine_process, env, fileio, gpu,
-               log_gates, log_markers, presets, request_path)
+from . import (assets, campaign_context, command_builder, contract, engine_process, env, fileio, gpu, log_markers,
+               presets, request_path, request_setup)
 from .cell import Cell
 from .engine_probe import EngineCapabilities
 from .trace import host_record
@@ -88,34 +88,29 @@ def run_profile(preset: presets.Preset, caps: EngineCapabilities, request: Profi
         raise contract.PreconditionError("run.label_taken", f"{invocation.run_dir} exists already",
                                          "choose a new --label; traces are never overwritten")
     inventory = gpu.read_inventory()
-    if preset.num_gpus > 0 and not inventory.gpus:
-        raise contract.PreconditionError("gpu.none", f"preset {preset.name!r} needs {preset.num_gpus} GPU(s); "
-                                         f"{inventory.reason}", "run on a GPU machine, or profile tiny-flux-cpu")
-    trace_dir.mkdir(parents=True)
-    if invocation.config_path is not None:
-        invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
-    child = {**invocation.child_env(os.environ), **profiler_env}
-    if not inventory.gpus:
-        child = engine_process.cpu_adapter_env(child, campaign_context.adapter_switches_off(os.environ))
-    gate = log_gates.RequestLogGate(log_markers.markers_for_version(caps.version), quality=invocation.quality_level,
-                                    bcg_expected=engine_args.requests_bcg(invocation.argv), require_native=True,
-                                    profiling=True)
+    request_setup.require_gpus(preset.name, preset.num_gpus, inventory,
+                               "run on a GPU machine, or profile tiny-flux-cpu")
+    switches_checked = request_setup.EngineEnv.of(os.environ, use_cpu_adapter=not inventory.gpus)
     print(f"[profile] {preset.name}: running with the engine's profiler; traces go to {trace_dir}", file=sys.stderr)
     cell = Cell(index=0, arm=preset.name)  # judged by the campaigns' own request path, then the trace rule too
 
-    def run(foreign_check=None) -> None:
-        request_path.run_cold(cell, argv=invocation.argv, env=child, run_dir=invocation.run_dir, gate=gate,
-                              perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
-                              output_stem=invocation.output_file_stem, task=preset.task, timeout_s=request.timeout_s,
+    def run(engine_env: request_setup.EngineEnv, foreign_check=None) -> None:
+        prepared = request_setup.prepare(invocation, engine_env, log_markers.markers_for_version(caps.version),
+                                         extra_env=profiler_env, profiling=True)
+        trace_dir.mkdir(parents=True)
+        request_path.run_cold(cell, argv=prepared.argv, env=dict(prepared.env), run_dir=prepared.run_dir,
+                              gate=prepared.gate, perf_dump_path=invocation.perf_dump_path,
+                              output_dir=invocation.output_dir, output_stem=invocation.output_file_stem,
+                              task=preset.task, timeout_s=request.timeout_s,
                               echo=sys.stderr if request.echo else None, foreign_check=foreign_check)
 
     if preset.num_gpus > 0:
         with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{request.label}:profile", inventory) as (
                 visible, uuids):
-            child["CUDA_VISIBLE_DEVICES"] = visible
-            run(lambda: gpu.foreign_processes(uuids, own_pids=set()))
+            run(dataclasses.replace(switches_checked, cuda_visible_devices=visible),
+                lambda: gpu.foreign_processes(uuids, own_pids=set()))
     else:
-        run()
+        run(switches_checked)
     traces = find_traces(trace_dir)
     host = cell.gates["host"]
     for trace in traces:  # analyze_trace.py compare reads these to refuse a verdict on a contended pair

@@ -42,7 +42,7 @@ def reproduce_entries(ctx: CampaignContext, cells: Sequence[Cell], invocations: 
         if cell.arm in seen:
             continue
         seen.add(cell.arm)
-        env_set, env_unset = child_env_changes(ctx.caller_env, ctx.child_env(inv, prepared))
+        env_set, env_unset = child_env_changes(ctx.caller_env, ctx.engine_env(prepared).child_env(inv))
         entries.append({"arm": cell.arm, "command": reproduce_command(inv.argv, env_set, inv.env_copy, env_unset)})
     return entries
 
@@ -51,7 +51,7 @@ def cache_roots(ctx: CampaignContext, invocations: Sequence[Invocation],
                 prepared: PreparedCache | None) -> dict[str, Any]:
     """Where the weights came from and went: the isolated root and child (when used), the hub cache the engine
     read, and a locally built model's directory."""
-    child = ctx.child_env(invocations[0], prepared) if invocations else dict(ctx.caller_env)
+    child = ctx.engine_env(prepared).child_env(invocations[0]) if invocations else dict(ctx.caller_env)
     return {"model_cache_root": str(ctx.settings.model_cache_root) if ctx.settings.model_cache_root else None,
             "model_cache_child": str(prepared.child) if prepared is not None else None,
             "hf_hub_cache": str(hf_settings.hub_cache(child)),

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import (command_builder, contract, engine_args, engine_overlap, host_load, model_cache, output_check,
-               probe_interpreter, progress, request_path, warm_engine, warm_grouping)
+from . import (command_builder, contract, engine_args, engine_overlap, host_load, log_gates, model_cache,
+               output_check, probe_interpreter, progress, request_path, request_setup, warm_engine, warm_grouping)
 from .campaign_context import CampaignContext
 from .cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
@@ -62,6 +62,7 @@ class WarmCampaign:
         self.resident: dict[int, EngineStart] = {}
         self.failed: dict[int, EngineStart] = {}
         self.own_gpu_pids: set[int] = set()
+        self.startup_gates: dict[str, log_gates.RequestLogGate] = {}  # a launched engine's, awaited by _finish
         self.residency: dict[str, Any] = {"engines_needed": len(keys), "checked": len(keys) < 2, "resident": True,
                                           "reason": "one engine configuration" if len(keys) < 2 else None}
         self.schedule = "interleaved"
@@ -81,19 +82,16 @@ class WarmCampaign:
         inv = self.invocations[self.key_of_cell.index(key_index)]
         number = len(self.starts) + 1
         engine_dir = self.settings.output_root / f"{inv.run_id.split('__')[0]}__{self.settings.label}__warm-e{number}"
-        engine_dir.mkdir(parents=True, exist_ok=False)
-        args = list(inv.argv[self.cli_len:])
-        if inv.config_path is not None:  # the engine's own copy: each request's run dir is created when it runs
-            config = engine_dir / inv.config_path.name
-            config.write_text(inv.config_content or "", encoding="utf-8")
-            args = [f"--config={config}" if t == f"--config={inv.config_path}" else t for t in args]
-        argv = warm_engine.driver_argv(self.ctx.engine_python, args)
+        # the engine's own directory and config copy: each request's run dir is created when it runs
+        request = request_setup.prepare(inv, self.ctx.engine_env(self.prepared), self.ctx.markers, run_dir=engine_dir)
+        argv = warm_engine.driver_argv(self.ctx.engine_python, list(request.argv[self.cli_len:]))
         start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
                             contract.utc_now(),  # how its footprint is measured: RSS on CPU, NVML on a GPU
                             memory_kind="device" if self.lease.on_gpu else "process_rss")
         self.starts.append(start)
+        self.startup_gates[start.id] = request.gate
         print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)
-        child_env, echo = self.ctx.child_env(inv, self.prepared), sys.stderr if self.settings.echo_engine else None
+        child_env, echo = dict(request.env), sys.stderr if self.settings.echo_engine else None
         engine = probe_interpreter.adopt(self.ctx.engine_python, start.id, argv, child_env, start.log_path,
                                          cwd=engine_dir, echo=echo) or warm_engine.WarmEngine(
             start.id, argv, child_env, start.log_path, cwd=engine_dir, echo=echo)
@@ -109,8 +107,7 @@ class WarmCampaign:
         requests; the first engine decides here, once loaded, whether the others launch beside its warm-up."""
         engine, key_index = start.engine, start.key_index
         first = self.key_of_cell.index(key_index)
-        inv, engine_dir = self.invocations[first], start.log_path.parent
-        gate = engine_args.log_gate(self.ctx.markers, inv.argv, quality=inv.quality_level)
+        engine_dir, gate = start.log_path.parent, self.startup_gates.pop(start.id)
 
         def on_line(line: str) -> str | None:
             self._note_adapter(start, line)
@@ -136,11 +133,7 @@ class WarmCampaign:
         warmups = self._warmup_requests(key_index) if not reasons else []
         for n, warm_inv in enumerate(warmups, start=1):
             warm_dir = engine_dir / f"warmup{n}"
-            config = None
-            if warm_inv.config_path is not None:  # its own copy, as each measured request has
-                config = warm_dir / warm_inv.config_path.name
-                warm_dir.mkdir(parents=True, exist_ok=True)
-                config.write_text(warm_inv.config_content or "", encoding="utf-8")
+            config = request_setup.write_config(warm_inv, warm_dir)  # its own copy, as each measured request has
             args = warm_grouping.with_request_paths(warm_inv.argv[self.cli_len:], warm_dir / "warmup.perf.json",
                                                     warm_dir, "warmup", config)
             judged = Cell(index=first, arm=self.cells[first].arm)  # judged like a measured request, never counted
@@ -400,8 +393,7 @@ class WarmCampaign:
             cell.reasons = [f"engine.not_serving: engine {start.id} did not start or stopped: "
                             + "; ".join(start.reasons[:2])]
             return
-        if invocation.config_path is not None:
-            invocation.config_path.write_text(invocation.config_content or "", encoding="utf-8")
+        request_setup.write_config(invocation)
         segment = self._serve(start, cell, invocation.run_id, list(invocation.argv[self.cli_len:]),
                               invocation.quality_level, invocation.perf_dump_path, invocation.output_dir,
                               invocation.output_file_stem, Path(cell.log_path), boundary=self._boundary_sampler())

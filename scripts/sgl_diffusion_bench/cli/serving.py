@@ -12,7 +12,8 @@ import os
 import shlex
 from pathlib import Path
 
-from .. import contract, engine_probe, engine_python, env, gpu, presets, request_manifest, selftest, stats
+from .. import (contract, engine_probe, engine_python, env, gpu, presets, request_manifest, request_setup, selftest,
+               stats)
 from ..serving import device_room, load, render, requests, run, server
 from . import _runner
 
@@ -105,6 +106,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
         raise contract.UsageError("usage.missing_load", "no load: give --request-rate and/or --concurrency",
                                   "e.g. --request-rate 2,4 --concurrency 2")
     arm_a, arm_b = _arm_args(args.arm_a_args, "--arm-a-args"), _arm_args(args.arm_b_args, "--arm-b-args")
+    request_setup.adapter_switches_off(os.environ)  # a typo in the CPU adapter's switch, refused before any server
     preset = presets.get_preset(args.model)
     python = engine_python.resolve(args.engine_python)
     for arm, port in (("a", args.port_a), ("b", args.port_b)):

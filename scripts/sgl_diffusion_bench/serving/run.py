@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import contract, engine_args, engine_process, host_load, log_markers, progress
+from .. import contract, engine_args, engine_process, host_load, log_markers, progress, request_setup
 from . import load, metrics, server, verdict
 from ..warm_engine import process_group_members
 from ..request_manifest import RequestSpec
@@ -73,10 +73,11 @@ def _ports(request: ServingRequest) -> dict[str, int]:
 
 
 def _env(request: ServingRequest) -> dict[str, str]:
-    child = dict(os.environ)
-    child.pop("PYTHONDONTWRITEBYTECODE", None)
-    child["PYTHONUNBUFFERED"] = "1"  # the server's log reaches its file line by line, not when a buffer fills
-    return engine_process.cpu_adapter_env(child) if request.use_cpu_adapter else child
+    """Both servers' environment through the one request set-up (the CPU adapter with the caller's switches)."""
+    caller = dict(os.environ)
+    caller.pop("PYTHONDONTWRITEBYTECODE", None)
+    caller["PYTHONUNBUFFERED"] = "1"  # the server's log reaches its file line by line, not when a buffer fills
+    return request_setup.EngineEnv.of(caller, use_cpu_adapter=request.use_cpu_adapter).child_env()
 
 
 def _judge_log(request: ServingRequest, spec: server.ServerSpec) -> dict[str, Any]:
