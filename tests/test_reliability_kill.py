@@ -126,25 +126,23 @@ def test_a_cleanup_killed_midway_leaves_its_started_line_and_finishes_on_rerun(t
 
 
 def test_a_campaign_checks_its_ledger_and_claims_its_label_before_anything_runs(tmp_path):
-    from sgl_diffusion_bench import presets
+    from sgl_diffusion_bench import bench_request, engine_probe
     from sgl_diffusion_bench.cli import bench
 
-    def runner(ledger: Path):
+    def assemble(ledger: Path):
         args = bench.build_parser().parse_args([
             "--model", "tiny-flux-cpu", "--label", "c", "--output-dir", str(tmp_path / "out"),
             "--engine-capabilities", "recent", "--model-cache-root", str(tmp_path / "cache"),
             "--cleanup-model-cache", "--cleanup-ledger", str(ledger)])
-        return bench.new_runner(presets.get_preset("tiny-flux-cpu"), args, bench.engine_capabilities(args),
-                                build_model=False)
+        return bench_request.assemble(bench.request_from(args), engine_probe.recent_engine_capabilities)
 
     (tmp_path / "a-directory").mkdir()
     with pytest.raises(contract.PreconditionError) as info:
-        runner(tmp_path / "a-directory").check_fresh()
+        assemble(tmp_path / "a-directory")
     assert info.value.code == "cache.ledger_unwritable" and not list((tmp_path / "out").glob("*.claim"))
-    first = runner(tmp_path / "l.jsonl")
-    first.check_fresh()
+    [(_, first)] = assemble(tmp_path / "l.jsonl")
     with pytest.raises(contract.PreconditionError) as info:
-        runner(tmp_path / "l.jsonl").check_fresh()
+        assemble(tmp_path / "l.jsonl")
     assert info.value.code == "run.label_in_use"
     first.claim.release()
 

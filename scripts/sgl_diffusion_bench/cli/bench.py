@@ -8,14 +8,13 @@ artifacts) without running it.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_runner, campaign, campaign_context, campaign_session, command_builder, contract, engine_mode,
-               engine_overlap, engine_probe, env, gpu, model_access, model_cache, nightly, presets, readiness, report,
-               request_manifest, selftest, sequential, warm_campaign)
+from .. import (assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder, contract, engine_mode,
+               engine_overlap, engine_probe, env, model_cache, nightly, presets, report,
+               selftest, sequential, warm_campaign)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -178,28 +177,14 @@ def validate_run_args(args: argparse.Namespace) -> None:
 def selected_presets(args: argparse.Namespace) -> list[presets.Preset]:
     """The presets to run, each with the request fields --override replaced (and no hub token needed with
     --model-path)."""
+    if args.model and args.all:
+        raise contract.UsageError("usage.model_and_all", "--model and --all cannot be combined", "pick one")
     catalog = presets.load_presets()
     if args.all:
         chosen = presets.filter_presets(catalog, tags=args.tag, max_gpus=args.max_gpus, tasks=args.task)
     else:
         chosen = [presets.get_preset(args.model or DEFAULT_PRESET, catalog)]
     return presets.customised(chosen, args.override, args.model_path)
-
-
-def campaign_mode(args: argparse.Namespace) -> str:
-    return "matrix" if args.quality_bcg_matrix else (args.campaign or "single")
-
-
-def plan_campaign(args: argparse.Namespace, caps: engine_probe.EngineCapabilities,
-                  manifest: request_manifest.Manifest | None = None) -> campaign.Campaign:
-    if campaign_mode(args) == "matrix" and caps.degraded and not caps.distinct_quality_levels:
-        raise contract.PreconditionError("engine.probe_degraded", "the quality x BCG matrix needs the engine's quality "
-                                         "levels, which a degraded probe cannot read", caps.degraded_reason())
-    rounds = args.budget_rounds if args.until_verdict else args.rounds
-    return campaign.plan(campaign_mode(args), rounds=rounds, samples=args.samples, quality=args.quality,
-                         bcg=args.breakable_cuda_graph,
-                         arm_a_args=shlex.split(args.arm_a_args), arm_b_args=shlex.split(args.arm_b_args), arm_a_overrides=args.arm_a_override_flag, arm_b_overrides=args.arm_b_override_flag,
-                         engine_qualities=list(caps.distinct_quality_levels) or None, manifest=manifest)
 
 
 def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False) -> engine_probe.EngineCapabilities:
@@ -231,51 +216,21 @@ def settings_from(args: argparse.Namespace) -> campaign_context.CampaignSettings
                  "overrides": presets.parse_overrides(args.override), "extra_args": shlex.split(args.extra_args)})
 
 
-def access_hubs(args: argparse.Namespace) -> list[Path] | None:
-    """Where a gated model's local copy may be: the seed caches of an isolated run, else the caller's hub."""
-    if args.model_cache_root:
-        return [model_cache.resolve_seed_hub(s) for s in args.seed_model_cache_root]
-    return None
-
-
-def new_runner(preset: presets.Preset, args: argparse.Namespace, caps: engine_probe.EngineCapabilities, *,
-               build_model: bool, manifest: request_manifest.Manifest | None = None) -> bench_runner.CampaignRunner:
-    """Every invocation of one preset's campaign, built (and refused, if the engine lacks a flag or a gated
-    model cannot be reached) up front."""
-    preset = model_access.require(preset, os.environ, access_hubs(args))
-    model_path, warnings = presets.model_location(preset, args.model_path, build=build_model)
-    ctx = campaign_context.CampaignContext.build(preset, plan_campaign(args, caps, manifest), settings_from(args),
-                                                 caps, model_path=model_path)
-    runner = bench_runner.CampaignRunner(ctx, asset_filenames={a.id: a.filename for a in assets.load_manifest()})
-    runner.warnings += [w for w in warnings if build_model]  # a plan lists them itself
-    return runner
-
-
-def build_plan(args: argparse.Namespace, caps: engine_probe.EngineCapabilities) -> dict[str, Any]:
-    settings = settings_from(args)
-    inventory, runs, refusals, warnings, modes = None, [], [], [], []
-    for preset in selected_presets(args):
-        warnings += presets.model_location(preset, args.model_path, build=False)[1]
-        try:
-            runner = new_runner(preset, args, caps, build_model=False, manifest=request_manifest.for_campaign(
-                args.requests_file, args.engine_python, (preset.width, preset.height)))
-        except contract.UsageError:
-            raise
-        except contract.ToolError as exc:
-            refusals.append({"preset": preset.name, "code": exc.code, "message": exc.message, "hint": exc.hint})
-            continue
-        runs += [inv.to_json() for inv in runner.invocations]
-        modes.append({"preset": preset.name, **runner.engine_mode})
-        if args.engine_capabilities == "installed" and preset.num_gpus:  # a plan for this machine: can it run here?
-            inventory = inventory or gpu.read_inventory()
-            check = readiness.gpu_check(preset, inventory, lambda uuid: None)  # leases matter at run time only
-            if not check["ok"]:
-                refusals.append({"preset": preset.name, "code": "gpu.none" if not check["visible"] else "gpu.not_enough_idle",
-                                 "message": f"cannot run here: {check['reason']}",
-                                 "hint": f"check_readiness.py --model {preset.name} says everything it needs; plan for "
-                                         "another machine with --engine-capabilities recent"})
-    return {"engine": caps.to_json(), "output_dir": str(settings.output_root), "assets_dir": str(env.assets_dir()),
-            "runs": runs, "refusals": refusals, "warnings": warnings, "engine_modes": modes}
+def request_from(args: argparse.Namespace) -> bench_request.BenchRequest:
+    """The run as the package takes it, frozen: nothing after this reads ``args``."""
+    shape = bench_request.CampaignShape(
+        mode="matrix" if args.quality_bcg_matrix else (args.campaign or "single"),
+        rounds=args.budget_rounds if args.until_verdict else args.rounds, samples=args.samples,
+        quality=args.quality, bcg=args.breakable_cuda_graph,
+        arm_a_args=tuple(shlex.split(args.arm_a_args)), arm_b_args=tuple(shlex.split(args.arm_b_args)),
+        arm_a_overrides=tuple(args.arm_a_override_flag), arm_b_overrides=tuple(args.arm_b_override_flag))
+    return bench_request.BenchRequest(
+        presets=tuple(selected_presets(args)), shape=shape, settings=settings_from(args), model_path=args.model_path,
+        requests_file=args.requests_file, engine_python=args.engine_python,
+        # a gated model's local copy: in the seed caches of an isolated run, else in the caller's hub
+        access_hubs=tuple(model_cache.resolve_seed_hub(s) for s in args.seed_model_cache_root)
+        if args.model_cache_root else None,
+        check_this_machine=args.engine_capabilities == "installed")
 
 
 def render_plan(payload: dict[str, Any]) -> str:
@@ -330,19 +285,11 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 
 
 def _run(args: argparse.Namespace) -> _runner.Result:
-    chosen = selected_presets(args)
-    manifests = [request_manifest.for_campaign(args.requests_file, args.engine_python, (p.width, p.height))
-                 for p in chosen]  # a bad line is refused before any engine is probed or started
-    caps = engine_capabilities(args, keep_interpreter=args.engine != "cold")  # a warm engine imports sglang once
-    runners = []
-    # Every command first: a refusal comes before anything heavy (torch, NVML, a model build) and before any run.
-    for preset, manifest in zip(chosen, manifests, strict=True):
-        model_access.require(preset, os.environ, access_hubs(args))  # a gated model nobody can fetch: exit 3 now
-        runner = new_runner(preset, args, caps, build_model=False, manifest=manifest)
-        runner.check_fresh()
-        runners.append((preset, runner))
-    outcome = campaign_session.run(runners, args.label,
-                                   lambda preset: presets.model_location(preset, args.model_path, build=True))
+    request = request_from(args)
+    runners = bench_request.assemble(  # a warm engine imports sglang once, so the probe keeps its interpreter
+        request, lambda: engine_capabilities(args, keep_interpreter=args.engine != "cold"))
+    outcome = campaign_session.run(runners, request.settings.label,
+                                   lambda preset: presets.model_location(preset, request.model_path, build=True))
     docs = outcome.documents
     if outcome.interrupted:
         return _runner.Result(docs[-1], report.render_campaign_text(docs[-1]) + "\ninterrupted: the partial report above is "
@@ -369,27 +316,20 @@ def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
     return _runner.Result(doc, bcg_replay.render_text(doc))
 
 
-def handle(args: argparse.Namespace) -> _runner.Result:
-    validate_run_args(args)
-    if args.list_models:
-        return _list_models(args)
-    if args.validate_nightly_alignment:
-        return _validate_nightly(args)
-    if args.probe_engine:
-        return _probe(args)
-    if args.fetch_assets:
-        return _fetch(args)
-    if args.bcg_replay:
-        return _bcg_replay(args)
-    if args.model and args.all:
-        raise contract.UsageError("usage.model_and_all", "--model and --all cannot be combined", "pick one")
-    if not args.dry_run:
-        return _run(args)
-    caps = engine_capabilities(args)
-    payload = build_plan(args, caps)
+def _dry_run(args: argparse.Namespace) -> _runner.Result:
+    payload = bench_request.plan(request_from(args), engine_capabilities(args))
     doc = contract.envelope("bench-plan.v1", TOOL, ok=not payload["refusals"], **payload)
     return _runner.Result(doc, render_plan(payload),
                           exit_code=0 if not payload["refusals"] else int(contract.ExitCode.PRECONDITION))
+
+
+MODES = (("list_models", _list_models), ("validate_nightly_alignment", _validate_nightly), ("probe_engine", _probe),
+         ("fetch_assets", _fetch), ("bcg_replay", _bcg_replay), ("dry_run", _dry_run))  # first set flag wins
+
+
+def handle(args: argparse.Namespace) -> _runner.Result:
+    validate_run_args(args)
+    return next((command for flag, command in MODES if getattr(args, flag)), _run)(args)
 
 
 def self_tests() -> list[selftest.Check]:

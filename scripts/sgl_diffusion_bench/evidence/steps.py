@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import (assets, bcg_replay, bench_runner, campaign, campaign_context, campaign_session, contract, engine_probe,
+from .. import (bcg_replay, bench_request, bench_runner, campaign_context, campaign_session, contract, engine_probe,
                 fileio, gpu, model_cache, presets, sequential)
 from ..presets import Preset
 from .request import EvidenceRequest
@@ -78,11 +78,8 @@ def campaign_mode(request: EvidenceRequest) -> str:
 def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
     """The warm A/B/B/A campaign until a verdict or the budget, as bench_diffusion_denoise.py --until-verdict."""
     req = ctx.request
-    output_root = ctx.folder("campaign")
-    plan = campaign.plan(campaign_mode(req), rounds=req.budget_rounds, samples=req.samples,
-                         arm_a_args=list(req.baseline_args), arm_b_args=list(req.candidate_args))
     settings = campaign_context.CampaignSettings(
-        label="evidence", output_root=output_root, threshold_pct=req.threshold_pct, engine_mode="warm",
+        label="evidence", output_root=ctx.folder("campaign"), threshold_pct=req.threshold_pct, engine_mode="warm",
         extra_args=req.common_args, engine_overlap=req.engine_overlap,
         warmup_requests=WARMUP_REQUESTS, write_report=False,
         model_cache_root=Path(req.model_cache_root) if req.model_cache_root else None,
@@ -90,9 +87,12 @@ def campaign_runner(ctx: Context) -> bench_runner.CampaignRunner:
         stopping=sequential.StoppingRule(req.threshold_pct, req.budget_rounds),
         time_budget_s=req.budget_minutes * 60 if req.budget_minutes else None,
         request={"model_path": req.model_path, "overrides": dict(req.overrides), "extra_args": list(req.common_args)})
-    model_path, _ = presets.model_location(ctx.preset, req.model_path, build=False)
-    campaign_ctx = campaign_context.CampaignContext.build(ctx.preset, plan, settings, ctx.caps, model_path=model_path)
-    return bench_runner.CampaignRunner(campaign_ctx, asset_filenames={a.id: a.filename for a in assets.load_manifest()})
+    shape = bench_request.CampaignShape(mode=campaign_mode(req), rounds=req.budget_rounds, samples=req.samples,
+                                        arm_a_args=tuple(req.baseline_args), arm_b_args=tuple(req.candidate_args))
+    request = bench_request.BenchRequest(presets=(ctx.preset,), shape=shape, settings=settings,
+                                         model_path=req.model_path,
+                                         access_hubs=() if req.model_cache_root else None)  # as its command would
+    return bench_request.new_runner(request, ctx.preset, ctx.caps, build_model=False)
 
 
 def campaign_command(ctx: Context) -> str:
