@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
-from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, fileio, log_gates,
-                                 log_markers, media, presets)
+from sgl_diffusion_bench import (campaign, campaign_context, contract, engine_probe, fileio, log_gates,
+                                 log_markers, media, presets, request_path, run_record)
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 MARKERS = log_markers.markers_for_version("0.5.10.post1")
@@ -53,7 +53,7 @@ def _outputs(tmp_path: Path, stem: str) -> list[Path]:
 
 
 def test_a_native_run_with_artifacts_is_valid(tmp_path):
-    judged = bench_runner.judge_request(verdict=_verdict("native-ok"), returncode=0, stop_reason=None,
+    judged = request_path.judge_request(verdict=_verdict("native-ok"), returncode=0, stop_reason=None,
                                         perf_dump_path=CPU / "native-ok" / "perf.json",
                                         output_paths=_outputs(tmp_path, "x"), memory_kind="process_rss")
     assert judged.status == "valid", judged.reasons
@@ -63,7 +63,7 @@ def test_a_native_run_with_artifacts_is_valid(tmp_path):
 
 @pytest.mark.parametrize("scenario", ["gen-failed-rc0-b5-off", "gen-failed-rc0-b6-off"])
 def test_exit_code_zero_without_output_is_invalid(scenario, tmp_path):
-    judged = bench_runner.judge_request(verdict=_verdict(scenario), returncode=0, stop_reason=None,
+    judged = request_path.judge_request(verdict=_verdict(scenario), returncode=0, stop_reason=None,
                                         perf_dump_path=tmp_path / "missing.json", output_paths=[],
                                         memory_kind="process_rss")
     assert judged.status == "invalid"
@@ -73,7 +73,7 @@ def test_exit_code_zero_without_output_is_invalid(scenario, tmp_path):
 
 
 def test_a_diffusers_fallback_is_invalid_even_with_every_artifact(tmp_path):
-    judged = bench_runner.judge_request(verdict=_verdict("fallback-auto"), returncode=0, stop_reason=None,
+    judged = request_path.judge_request(verdict=_verdict("fallback-auto"), returncode=0, stop_reason=None,
                                         perf_dump_path=CPU / "fallback-auto" / "perf.json",
                                         output_paths=_outputs(tmp_path, "y"), memory_kind="process_rss")
     assert judged.status == "invalid"
@@ -83,16 +83,16 @@ def test_a_diffusers_fallback_is_invalid_even_with_every_artifact(tmp_path):
 def test_a_malformed_perf_dump_invalidates_with_its_reason(tmp_path):
     bad = tmp_path / "perf.json"
     bad.write_text('{"total_duration_ms": "fast", "steps": []}')
-    judged = bench_runner.judge_request(verdict=_verdict("native-ok"), returncode=0, stop_reason=None,
+    judged = request_path.judge_request(verdict=_verdict("native-ok"), returncode=0, stop_reason=None,
                                         perf_dump_path=bad, output_paths=_outputs(tmp_path, "z"), memory_kind="device")
     assert judged.status == "invalid" and any(r.startswith("perf_dump.invalid") for r in judged.reasons)
 
 
 def test_timeouts_and_nonzero_exits_are_failures(tmp_path):
-    judged = bench_runner.judge_request(verdict=_verdict("native-ok"), returncode=-15, stop_reason="timeout",
+    judged = request_path.judge_request(verdict=_verdict("native-ok"), returncode=-15, stop_reason="timeout",
                                         perf_dump_path=tmp_path / "none", output_paths=[], memory_kind="device")
     assert judged.status == "failed" and judged.reasons[0].startswith("engine.timeout")
-    judged = bench_runner.judge_request(verdict=_verdict("unresolved-backend-sglang"), returncode=1, stop_reason=None,
+    judged = request_path.judge_request(verdict=_verdict("unresolved-backend-sglang"), returncode=1, stop_reason=None,
                                         perf_dump_path=tmp_path / "none", output_paths=[], memory_kind="device")
     assert judged.status == "failed" and any(r.startswith("engine.exit_code") for r in judged.reasons)
 
@@ -101,12 +101,12 @@ def test_outputs_of_one_label_never_match_another(tmp_path):
     for name in ("flux_base_a_r01p01.png", "flux_base_a_r01p01_1.png", "flux_baseline_a_r01p01.png",
                  "flux_base_a_r01p01.json", "flux_base_a_r01p010.png"):
         (tmp_path / name).write_bytes(b"x")
-    found = [p.name for p in bench_runner.find_outputs(tmp_path, "flux_base_a_r01p01")]
+    found = [p.name for p in request_path.find_outputs(tmp_path, "flux_base_a_r01p01")]
     assert found == ["flux_base_a_r01p01.png", "flux_base_a_r01p01_1.png"]
 
 
 def test_reproduce_command_names_the_token_variable_never_its_value():
-    command = bench_runner.reproduce_command(["sglang", "generate", "--prompt=a cat"],
+    command = run_record.reproduce_command(["sglang", "generate", "--prompt=a cat"],
                                              {"FLASHINFER_DISABLE_VERSION_CHECK": "1"},
                                              {"HUGGINGFACE_HUB_TOKEN": "HF_TOKEN"})
     assert 'HUGGINGFACE_HUB_TOKEN="$HF_TOKEN"' in command and "'--prompt=a cat'" in command
@@ -158,11 +158,11 @@ def test_bcg_campaign_on_the_installed_engine_is_refused_before_anything_runs(tm
 
 def test_a_foreign_gpu_process_at_a_cell_boundary_makes_the_cell_contended():
     foreign = [{"gpu_uuid": "GPU-a", "pid": 4242, "used_memory_bytes": 1 << 30}]
-    assert bench_runner.with_contention("valid", [], [], foreign) == (
+    assert request_path.with_contention("valid", [], [], foreign) == (
         "contended", ["gpu.contended: foreign GPU process(es) [4242] at the cell boundaries"])
-    status, reasons = bench_runner.with_contention("invalid", ["artifacts.no_output: x"], foreign, [])
+    status, reasons = request_path.with_contention("invalid", ["artifacts.no_output: x"], foreign, [])
     assert status == "invalid" and len(reasons) == 2  # the worse status stays, the sighting is still recorded
-    assert bench_runner.with_contention("valid", [], [], []) == ("valid", [])
+    assert request_path.with_contention("valid", [], [], []) == ("valid", [])
 
 
 def test_the_report_schema_types_gates_and_gpus():

@@ -13,7 +13,7 @@ from PIL import Image
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, fileio, log_gates,
-                                 log_markers, presets, quality, report, stats, validity)
+                                 log_markers, presets, quality, report, request_path, stats, validity)
 from sgl_diffusion_bench.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
@@ -168,7 +168,7 @@ def test_a_fallback_run_with_a_perf_dump_carries_no_numbers(tmp_path):
     verdict = log_gates.scan_log((CPU / "fallback-auto" / "log.txt").read_text(), markers, require_native=True)
     png = tmp_path / "y.png"
     png.write_bytes(b"\x89PNG real bytes")
-    judged = bench_runner.judge_request(verdict=verdict, returncode=0, stop_reason=None,
+    judged = request_path.judge_request(verdict=verdict, returncode=0, stop_reason=None,
                                         perf_dump_path=CPU / "fallback-auto" / "perf.json", output_paths=[png],
                                         memory_kind="process_rss")
     assert judged.status == "invalid" and judged.perf is None

@@ -5,7 +5,7 @@ once), the log shows no failure (the engine exits 0 when generation fails), BCG 
 invalidating marker, the perf dump parses strictly, at least one output file exists (sha256 recorded), and no
 foreign process used the leased GPUs at the cell's boundaries. Its output bytes must equal its comparator's at a
 quality level that promises the same bytes (validity.py); a cell that does not count carries no numbers. Judging works on one request's evidence
-(``judge_request``), not on a process, so a warm-engine mode can reuse it unchanged.
+(``request_path.judge_request``), not on a process, so a warm-engine mode can reuse it unchanged.
 
 The report (bench-report.v1) is written after every cell, so Ctrl-C or a crash leaves a valid partial report.
 """
@@ -24,8 +24,6 @@ from . import (campaign as campaign_mod, campaign_context, command_builder, cont
 from .campaign_context import CampaignContext, Site
 from .cell import Cell, Report
 from .presets import Preset
-from .request_path import find_outputs, judge_request, with_contention  # noqa: F401 (the runner's API)
-from .run_record import reproduce_command  # noqa: F401 (the runner's API)
 from .progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
 
 TOOL = "bench_diffusion_denoise"
