@@ -15,7 +15,7 @@ import pytest
 
 from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
 from conftest import HF_TOKEN_CANARY, run_script
-from sgl_diffusion_bench import assets, contract, engine_probe, engine_process, presets, tiny_model
+from sgl_diffusion_bench import argv_tokens, assets, contract, engine_probe, engine_process, presets, tiny_model
 from sgl_diffusion_bench import command_builder as cb
 
 RECENT = engine_probe.recent_engine_capabilities()
@@ -230,7 +230,7 @@ def test_local_model_must_be_resolved_by_the_caller():
 
 
 def test_parse_cli_tokens_follows_the_reference_rules():
-    assert cb.parse_cli_tokens(["--a=1", "--b", "2", "--c", "--d", "--e", "False", "loose", "--f=x=y"]) == {
+    assert argv_tokens.parse_cli_tokens(["--a=1", "--b", "2", "--c", "--d", "--e", "False", "loose", "--f=x=y"]) == {
         "a": "1", "b": "2", "c": "true", "d": "true", "e": "false", "f": "x=y"}
 
 

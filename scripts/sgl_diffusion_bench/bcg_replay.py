@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import (campaign_context, command_builder, contract, engine_args, engine_process, fileio, gpu, log_gates,
-               log_markers, request_setup, warm_engine)
+from . import (argv_tokens, campaign_context, command_builder, contract, engine_args, engine_process, fileio, gpu,
+               log_gates, log_markers, request_setup, warm_engine)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -61,7 +61,7 @@ def request_args(base: Sequence[str], request: ScriptedRequest, out_dir: Path) -
                "--output-path": str(out_dir), "--output-file-name": request.id}
     out: list[str] = []
     seen = set()
-    for flag, _, tokens in engine_args.split_flags(base):
+    for flag, _, tokens in argv_tokens.split_flags(base):
         if flag in replace:
             out.append(f"{flag}={replace[flag]}")
             seen.add(flag)

@@ -22,7 +22,7 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
-from . import contract, engine_args
+from . import argv_tokens, contract
 from .request_manifest import Manifest
 
 MODES = ("single", "abba", "aa", "ab", "matrix")
@@ -79,7 +79,7 @@ def arm_request_fields(arm_args: Sequence[str], fields: Sequence[str]) -> tuple[
     flag_field = {f"--{f.replace('_', '-')}": f for f in fields}
     overrides: list[str] = []
     rest: list[str] = []
-    for flag, values, tokens in engine_args.split_flags(arm_args):
+    for flag, values, tokens in argv_tokens.split_flags(arm_args):
         if flag in flag_field and values:
             overrides.append(f"{flag_field[flag]}={values[0]}")
             rest.extend(values[1:])  # tokens past the field's one value stay as given

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import contract, engine_args, hf_settings
+from . import argv_tokens, contract, hf_settings
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -179,43 +179,6 @@ class Invocation:
         return None if self.quality is None else self.quality["ran"]
 
 
-def flag_of(token: str) -> str | None:
-    return token.split("=", 1)[0] if token.startswith("--") else None
-
-
-def parse_cli_tokens(tokens: Sequence[str]) -> dict[str, str]:
-    """The reference's token rules: --k=v -> v; --k v -> v unless v starts with --; bare --k -> "true";
-    tokens without a leading -- are skipped. Boolean words are normalised to true/false."""
-    parsed: dict[str, str] = {}
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if not token.startswith("--"):
-            i += 1
-            continue
-        if "=" in token:
-            key, value = token[2:].split("=", 1)
-        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            key, value = token[2:], tokens[i + 1]
-            i += 1
-        else:
-            key, value = token[2:], "true"
-        parsed[key] = value.lower() if value.lower() in ("true", "false") else value
-        i += 1
-    return parsed
-
-
-def last_value(tokens: Sequence[str], flag: str) -> str | None:
-    """The value argparse keeps for ``flag`` (the last occurrence wins), in ``--f=v`` or ``--f v`` form."""
-    value = None
-    for i, token in enumerate(tokens):
-        if token.startswith(flag + "="):
-            value = token.split("=", 1)[1]
-        elif token == flag and i + 1 < len(tokens):
-            value = tokens[i + 1]
-    return value
-
-
 def _require_choice(engine: EngineCapabilities, flag: str, value: str | None) -> None:
     """A first-class option's flag must exist in the engine, and its value be one the engine's parser accepts."""
     if not engine.has_flag(flag):
@@ -257,7 +220,7 @@ def _refuse_duplicates(preset: Preset, preset_args: Sequence[str], tool_args: Se
     """A flag given twice would reach the engine twice and the later one would silently win: refuse instead,
     naming the option each copy came from and, for a preset's flag, the option that changes it for one arm."""
     by_preset = f"preset {preset.name}"
-    duplicates = engine_args.duplicate_flags([(by_preset, preset_args), ("the tool", tool_args),
+    duplicates = argv_tokens.duplicate_flags([(by_preset, preset_args), ("the tool", tool_args),
                                               ("--extra-args", options.extra_args),
                                               (options.arm_options[0], options.arm_args)])
     if duplicates:
@@ -277,7 +240,7 @@ def _preset_args(preset: Preset, overrides: Sequence[tuple[str, str]], option: s
     """The preset's engine flags with an arm's ``FLAG=VALUE`` overrides in place of the preset's values; a flag the
     preset does not set is refused (it is added with the arm's args, not overridden)."""
     wanted = dict(overrides)
-    split = engine_args.split_flags(preset.extra_args)
+    split = argv_tokens.split_flags(preset.extra_args)
     absent = sorted(set(wanted) - {flag for flag, _, _ in split})
     if absent:
         raise contract.UsageError(
@@ -336,7 +299,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     preset_start = len(argv)
     preset_args = _preset_args(preset, options.arm_flag_overrides, options.arm_options[1])
     argv += preset_args
-    preset_flags = {flag_of(t) for t in preset_args}
+    preset_flags = {argv_tokens.flag_name(t) for t in preset_args}
 
     if engine.quality_values is None:
         if options.quality is not None:
@@ -403,7 +366,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
 
     engine_argv = argv[len(sglang_cli):]
     missing, model_dependent = [], []
-    for flag in dict.fromkeys(filter(None, map(flag_of, engine_argv))):
+    for flag in dict.fromkeys(filter(None, map(argv_tokens.flag_name, engine_argv))):
         accepted = engine.flag_acceptance(flag)
         if accepted is None:
             missing.append(flag)
@@ -417,13 +380,13 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
                          "option is only known once the model loads"))
     quality_record = None
     if engine.quality_values is not None:
-        passed = last_value(engine_argv, "--quality")
+        passed = argv_tokens.last_value(engine_argv, "--quality")
         quality_record = {"requested": passed, "ran": engine.canonical_quality(passed),
                           "source": "the last --quality on the argv, resolved by the engine's alias table"
                           + (f" ({passed} -> {engine.canonical_quality(passed)})"
                              if passed != engine.canonical_quality(passed) else "")}
     if engine.version and "--performance-mode" not in engine.flags and "--dit-cpu-offload" not in preset_flags \
-            and "--dit-cpu-offload" not in {flag_of(t) for t in (*options.extra_args, *options.arm_args)}:
+            and "--dit-cpu-offload" not in {argv_tokens.flag_name(t) for t in (*options.extra_args, *options.arm_args)}:
         warnings.append(("engine.offload_autofill", f"{engine.label} fills unset offload flags itself (DiT and "
                          "text-encoder CPU offload on); the numbers include offload traffic unless you pass "
                          "--extra-args='--dit-cpu-offload false --text-encoder-cpu-offload false'"))

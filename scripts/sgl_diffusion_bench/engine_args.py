@@ -2,8 +2,6 @@
 
 - ``requests_bcg``: whether an argv asks for breakable CUDA graphs, so gates follow the flags a run carried, not the
   name of the arm that ran it (a ``--campaign ab`` arm may carry ``--enable-breakable-cuda-graph`` itself).
-- ``duplicate_flags``: a flag given by two sources (preset, tool options, ``--extra-args``, arm args) would reach the
-  engine twice and the later one would silently win; callers refuse such a command instead.
 - ``EngineRunFacts``: the effective settings from the engine's ``server_args: {...}`` log line (warm-up mode, attention
   backend, residency, offloads) and each warm-up request the engine ran, with its cost, from its progress lines.
 - ``per_arm``: each arm's effective settings and warm-up cost from those facts (run_record's account of what ran).
@@ -15,7 +13,7 @@ import json
 import re
 from typing import Any, Iterable, Sequence
 
-from . import log_gates, log_markers
+from . import argv_tokens, log_gates, log_markers
 
 BCG_FLAG = "--enable-breakable-cuda-graph"
 # server_args keys a reader of a benchmark needs to know were in effect (the full line holds ~150 keys).
@@ -33,52 +31,10 @@ WARMUP_DONE = re.compile(r"Warmup requests: 100%\|.*?(\d+)/\1 \[[^,\]]*, [^,\]]*
 WARMUP_DONE_0510 = re.compile(r"Warmup req \((\d+)/(\d+)\) processed in ([\d.]+) seconds")
 
 
-def flag_name(token: str) -> str | None:
-    return token.split("=", 1)[0] if token.startswith("--") else None
-
-
-def flag_values(argv: Sequence[str], flag: str) -> list[str]:
-    """Every value ``flag`` takes in ``argv`` (``--f=v``, ``--f v``; a bare ``--f`` is "true"), in order."""
-    values = []
-    for i, token in enumerate(argv):
-        if token == flag:
-            following = argv[i + 1] if i + 1 < len(argv) else None
-            values.append("true" if following is None or following.startswith("--") else following)
-        elif token.startswith(flag + "="):
-            values.append(token.split("=", 1)[1])
-    return values
-
-
-def split_flags(args: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
-    """(flag, values, original tokens) for ``--k=v``, ``--k v1 v2`` and bare ``--k``, in order."""
-    pairs: list[tuple[str, list[str], list[str]]] = []
-    for token in args:
-        if token.startswith("--"):
-            flag, eq, value = token.partition("=")
-            pairs.append((flag, [value] if eq else [], [token]))
-        elif pairs:
-            pairs[-1][1].append(token)
-            pairs[-1][2].append(token)
-        else:
-            pairs.append((token, [], [token]))
-    return pairs
-
-
 def requests_bcg(argv: Sequence[str]) -> bool:
     """True when the last ``--enable-breakable-cuda-graph`` in ``argv`` is on (bare, or any value but false/0/no)."""
-    values = flag_values(argv, BCG_FLAG)
+    values = argv_tokens.flag_values(argv, BCG_FLAG)
     return bool(values) and values[-1].lower() not in ("false", "0", "no", "off")
-
-
-def duplicate_flags(sources: Iterable[tuple[str, Sequence[str]]]) -> dict[str, list[str]]:
-    """Flags named more than once across (or within) ``sources`` -> the sources naming them, in order."""
-    seen: dict[str, list[str]] = {}
-    for source, tokens in sources:
-        for token in tokens:
-            flag = flag_name(token)
-            if flag:
-                seen.setdefault(flag, []).append(source)
-    return {flag: where for flag, where in seen.items() if len(where) > 1}
 
 
 def parse_server_args(line: str) -> dict[str, Any] | None:

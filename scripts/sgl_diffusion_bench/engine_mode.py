@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import contract, engine_args
+from . import argv_tokens, contract
 
 MODES = ("cold", "warm")
 DEFAULT = "warm"
@@ -32,7 +32,7 @@ def warm_obstacle(engine: Any, argvs: Sequence[Sequence[str]]) -> str | None:
     if engine.warm_entry is None:
         return f"the engine capabilities ({engine.method}) do not say whether {engine.label} serves generate " \
                "through DiffGenerator"
-    profiled = sorted({f for argv in argvs for t in argv if (f := engine_args.flag_name(t)) in PROFILER_FLAGS})
+    profiled = sorted({f for argv in argvs for t in argv if (f := argv_tokens.flag_name(t)) in PROFILER_FLAGS})
     if profiled:
         return f"the requests ask for the torch profiler ({', '.join(profiled)}), whose traces are per engine process"
     return None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import contract, env, inputs
-from .command_builder import parse_cli_tokens
+from .argv_tokens import parse_cli_tokens
 from .presets import Preset
 
 CONFIG_RELATIVE_PATH = Path("scripts/ci/utils/diffusion/comparison_configs.json")

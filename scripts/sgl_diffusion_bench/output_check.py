@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import engine_args, media
+from . import argv_tokens, media
 
 DECODED_KINDS = ("image", "video")
 
@@ -52,7 +52,7 @@ class OutputProblem(Exception):
 def requested_shape(argv: Sequence[str]) -> RequestedShape:
     """The last --width/--height/--num-frames of a request's argv (the engine takes the last one too)."""
     found: dict[str, int | None] = {"width": None, "height": None, "num_frames": None}
-    for name, values, _tokens in engine_args.split_flags(list(argv)):
+    for name, values, _tokens in argv_tokens.split_flags(list(argv)):
         key = name.lstrip("-").replace("-", "_")
         if key in found and values:
             try:

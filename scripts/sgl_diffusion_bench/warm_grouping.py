@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from . import command_builder, engine_args
+from . import argv_tokens, command_builder
 
 # Where a request writes and the ports a cold cell would bind (a warm engine binds its own once): per request on
 # every release, and never part of what a request asks for.
@@ -52,7 +52,7 @@ def engine_key(generate_args: Sequence[str], config_content: str | None, request
     config file's engine keys (its path is per run), and the environment changes (``env``)."""
     per_request = per_request_flags(request_flags)
     key = []
-    for flag, values, _ in engine_args.split_flags(generate_args):
+    for flag, values, _ in argv_tokens.split_flags(generate_args):
         if flag in per_request:
             continue
         if flag == "--config":
@@ -66,9 +66,9 @@ def request_key(generate_args: Sequence[str], config_content: str | None,
     """What a request asks its engine for (steps, size, seed, prompt, ...), where it writes left out: requests
     with equal keys warm an engine up alike."""
     per_request = per_request_flags(request_flags)
-    key = [" ".join([flag, *values]) for flag, values, _ in engine_args.split_flags(generate_args)
+    key = [" ".join([flag, *values]) for flag, values, _ in argv_tokens.split_flags(generate_args)
            if flag in per_request and flag not in REQUEST_PATH_FLAGS]
-    if any(flag == "--config" for flag, _, _ in engine_args.split_flags(generate_args)):
+    if any(flag == "--config" for flag, _, _ in argv_tokens.split_flags(generate_args)):
         key.append(_config_part(config_content, True, per_request))
     return tuple(key)
 
@@ -85,7 +85,7 @@ def with_request_paths(generate_args: Sequence[str], perf_dump: Path, output_dir
     ``config`` (the uncounted warm-up requests: a cell's own run directory does not exist before the cell runs)."""
     replace = {"--perf-dump-path": str(perf_dump), "--output-path": str(output_dir), "--output-file-name": stem}
     out: list[str] = []
-    for flag, _, tokens in engine_args.split_flags(generate_args):
+    for flag, _, tokens in argv_tokens.split_flags(generate_args):
         if flag == "--config" and config is not None:
             out.append(f"--config={config}")
         else:

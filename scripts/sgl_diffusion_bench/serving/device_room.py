@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import command_builder, contract, engine_overlap, gpu
+from .. import argv_tokens, contract, engine_overlap, gpu
 
 SERVERS = 2  # arm A and arm B, up together for the whole run
 
@@ -41,7 +41,7 @@ def check(model_path: str, server_args: Sequence[str], inventory: gpu.Inventory,
     weights = engine_overlap.weights_on_disk(model_path)
     if weights is None:
         return {"checked": False, "reason": f"no weight files below {model_path}: the servers' size is unknown"}
-    count = int(command_builder.last_value(server_args, "--num-gpus") or 1)
+    count = int(argv_tokens.last_value(server_args, "--num-gpus") or 1)
     devices = _devices(inventory, environ, count)
     free = [(d, _free(d)) for d in devices]
     if not devices or any(f is None for _, f in free):

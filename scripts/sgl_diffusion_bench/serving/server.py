@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import command_builder, contract, engine_process, progress
+from .. import argv_tokens, contract, engine_process, progress
 
 HOST = "127.0.0.1"
 HEALTH_POLL_S = 0.25
@@ -72,7 +72,7 @@ def serve_argv(sglang_cli: Sequence[str], model_path: str, port: int, arm_args: 
 def check_flags(engine: Any, argv_tail: Sequence[str], where: str) -> None:
     """Refuse, before anything starts, a flag the installed engine's parser does not have (``engine``: the probe's
     EngineCapabilities; `sglang serve` and `sglang generate` share the server arguments)."""
-    missing = sorted({f for f in map(command_builder.flag_of, argv_tail) if f and engine.flag_acceptance(f) is None})
+    missing = sorted({f for f in map(argv_tokens.flag_name, argv_tail) if f and engine.flag_acceptance(f) is None})
     if missing:
         raise contract.PreconditionError(
             "engine.flag_missing", f"{engine.label} has no {', '.join(missing)} (needed by {where})",
