@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, run_script
-from sgl_diffusion_bench import contract, env, gpu
+from sgl_diffusion_bench import contract, env, gpu, work_dirs
 from sgl_diffusion_bench.fake_nvml import FakeDevice, FakeNvml
 
 
@@ -167,7 +167,7 @@ def test_inspect_checks_that_the_engine_imports():
     ["check-write-access", "--json"], ["inspect", "--no-engine-check"], ["print-root"],
 ])
 def test_every_subcommand_runs_without_leaking_the_token(args, tmp_path):
-    run = run_script("diffusion_skill_env", *args, env={env.WORKDIR_ENV: str(tmp_path)})
+    run = run_script("diffusion_skill_env", *args, env={work_dirs.WORKDIR_ENV: str(tmp_path)})
     assert run.returncode == (3 if args[0] == "inspect" and "not ready" in run.stdout + run.stderr else 0), run.stderr
     if "--json" in args and args[0] != "check-write-access":
         assert run.document["path"].startswith(str(tmp_path))
@@ -175,7 +175,7 @@ def test_every_subcommand_runs_without_leaking_the_token(args, tmp_path):
 
 def test_print_root_plain_is_one_path_for_shell_substitution(tmp_path):
     run = run_script("diffusion_skill_env", "print-output-dir", "--kind", "profiles", "--mkdir",
-                     env={env.WORKDIR_ENV: str(tmp_path)})
+                     env={work_dirs.WORKDIR_ENV: str(tmp_path)})
     assert run.stdout.strip() == str(tmp_path / "outputs" / "diffusion_profiles")
     assert (tmp_path / "outputs" / "diffusion_profiles").is_dir()
 
@@ -183,7 +183,7 @@ def test_print_root_plain_is_one_path_for_shell_substitution(tmp_path):
 def test_unwritable_work_root_is_a_precondition_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    run = run_script("diffusion_skill_env", "check-write-access", "--json", env={env.WORKDIR_ENV: str(blocker)})
+    run = run_script("diffusion_skill_env", "check-write-access", "--json", env={work_dirs.WORKDIR_ENV: str(blocker)})
     assert run.returncode == 3 and run.document["error"]["code"] == "fs.not_writable"
 
 
@@ -253,9 +253,9 @@ def test_campaign_devices_lease_idle_gpus_or_the_callers_choice(tmp_path):
 def test_dist_version_matches_the_installed_metadata_and_is_none_when_absent():
     import importlib.metadata
 
-    assert env.dist_version("jsonschema") == importlib.metadata.version("jsonschema")
-    assert env.dist_version("no-such-distribution-here") is None
-    assert env.sglang_location() is not env.sglang_location()  # callers get copies of the one lookup
+    assert work_dirs.dist_version("jsonschema") == importlib.metadata.version("jsonschema")
+    assert work_dirs.dist_version("no-such-distribution-here") is None
+    assert work_dirs.sglang_location() is not work_dirs.sglang_location()  # callers get copies of the one lookup
 
 
 def test_inspect_is_not_ok_when_a_problem_is_an_error(tmp_path):
@@ -265,12 +265,12 @@ def test_inspect_is_not_ok_when_a_problem_is_an_error(tmp_path):
 
     venv.create(tmp_path / "bare", with_pip=False)
     run = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
-                     "--no-engine-check", "--json", env={env.WORKDIR_ENV: str(tmp_path / "work")})
+                     "--no-engine-check", "--json", env={work_dirs.WORKDIR_ENV: str(tmp_path / "work")})
     errors = [p["code"] for p in run.document["problems"] if p["severity"] == "error"]
     assert "sglang.missing" in errors
     assert run.document["ok"] is False and run.returncode == 3
     human = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
-                       "--no-engine-check", env={env.WORKDIR_ENV: str(tmp_path / "work")})
+                       "--no-engine-check", env={work_dirs.WORKDIR_ENV: str(tmp_path / "work")})
     assert human.returncode == 3 and "not ready" in human.stdout + human.stderr
 
 

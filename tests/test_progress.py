@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import env, progress, warm_engine
+from sgl_diffusion_bench import progress, warm_engine, work_dirs
 from sgl_diffusion_bench.warm_driver import MARKER
 
 RECORDED_WARM_LOG = TEST_FIXTURES / "gpu-h200-0.5.23" / "warm-vs-cold" / "warm-e1.engine.log"
@@ -86,7 +86,7 @@ def test_a_recorded_engine_load_is_reported_from_the_engines_own_lines(tmp_path,
 def test_inspect_and_check_readiness_share_one_probe_each_announced(tmp_path):
     """A fresh work root: check_readiness probes the engine (announced, timed); inspect then answers its import
     check from that probe's cache and announces only torch's import; --quiet silences both."""
-    work = {env.WORKDIR_ENV: str(tmp_path / "work")}
+    work = {work_dirs.WORKDIR_ENV: str(tmp_path / "work")}
     ready = run_script("check_readiness", "--model", "tiny-flux-cpu", "--json", env=work, timeout=1200)
     assert ready.document["schema"] == "readiness.v1", ready.stderr[-2000:]
     assert_announced_then_timed(progress_lines(ready.stderr), "engine probe: importing sglang's generate parser")
@@ -112,7 +112,8 @@ def test_a_warm_run_announces_each_phase_and_imports_sglang_once_for_probe_and_e
     one the engine log's BUILD line names), so a first run imports sglang once in the driver, not twice."""
     work = tmp_path / "work"
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "progress",
-                     "--output-dir", str(tmp_path / "out"), "--json", env={env.WORKDIR_ENV: str(work)}, timeout=1800)
+                     "--output-dir", str(tmp_path / "out"), "--json", env={work_dirs.WORKDIR_ENV: str(work)},
+                     timeout=1800)
     assert run.returncode == 0 and run.document["schema"] == "bench-report.v1", run.stderr[-3000:]
     lines = progress_lines(run.stderr)
     _, probed = assert_announced_then_timed(lines, "engine probe: importing sglang's generate parser")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import contract, engine_process
+from sgl_diffusion_bench import contract, engine_process, work_dirs
 from sgl_diffusion_bench.serving import metrics
 from sgl_diffusion_bench.warm_engine import process_group_members
 
@@ -278,10 +278,10 @@ def test_manifest_line_the_engine_rejects_is_named(tmp_path, line, says):
 
 @pytest.mark.torch
 def test_sample_manifest_is_read_by_the_engines_parser():
-    from sgl_diffusion_bench import env
     from sgl_diffusion_bench import request_manifest
     from sgl_diffusion_bench.serving import requests
-    specs, sha = request_manifest.load_manifest(SAMPLE_MANIFEST, Path(env.sglang_location()["package_dir"]), (64, 64))
+    package_dir = Path(work_dirs.sglang_location()["package_dir"])
+    specs, sha = request_manifest.load_manifest(SAMPLE_MANIFEST, package_dir, (64, 64))
     assert len(specs) == 6 and len(requests.shapes(specs)) >= 5 and len(sha) == 64
     assert specs[5].sampling["guidance_scale"] == 3.5 and specs[5].payload()["num_inference_steps"] == 3
 

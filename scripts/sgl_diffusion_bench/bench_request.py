@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from . import (assets, bench_runner, campaign, campaign_context, contract, env, gpu, model_access, presets, readiness,
-               request_manifest)
+from . import (assets, bench_runner, campaign, campaign_context, contract, gpu, model_access, presets, readiness,
+               request_manifest, work_dirs)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -115,5 +115,5 @@ def plan(request: BenchRequest, caps: EngineCapabilities) -> dict[str, Any]:
                                  "hint": f"check_readiness.py --model {preset.name} says everything it needs; plan for "
                                          "another machine with --engine-capabilities recent"})
     return {"engine": caps.to_json(), "output_dir": str(request.settings.output_root),
-            "assets_dir": str(env.assets_dir()), "runs": runs, "refusals": refusals, "warnings": warnings,
+            "assets_dir": str(work_dirs.assets_dir()), "runs": runs, "refusals": refusals, "warnings": warnings,
             "engine_modes": modes}

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_args, engine_mode,
-               engine_starts, env, fileio, host_load, manifest_campaign, model_cache, presets, report, request_path,
-               request_setup, request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign)
+               engine_starts, fileio, host_load, manifest_campaign, model_cache, presets, report, request_path,
+               request_setup, request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign,
+               work_dirs)
 from .campaign_context import CampaignContext, Site
 from .cell import Cell, Report
 from .presets import Preset
@@ -108,7 +109,7 @@ class CampaignRunner:
             arm_flag_overrides=arm.flag_overrides, arm_options=arm.options)
         return command_builder.build_invocation(
             preset, options, self.engine, sglang_cli=self.ctx.cli_prefix,
-            output_root=self.settings.output_root, assets_dir=env.assets_dir(), caller_env=self.ctx.caller_env,
+            output_root=self.settings.output_root, assets_dir=work_dirs.assets_dir(), caller_env=self.ctx.caller_env,
             model_path=self.ctx.model_path, asset_filenames=asset_filenames)
 
     def check_fresh(self) -> None:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, engine_flag_forms, engine_python, engine_sources, env, fileio, inputs, progress
+from . import contract, engine_flag_forms, engine_python, engine_sources, fileio, inputs, progress, work_dirs
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 900  # a fresh venv's first import compiles sglang's bytecode: minutes on a loaded 2-core box
@@ -333,7 +333,7 @@ def cache_key(version: str | None, package_dir: Path, python: str | None = None)
 
 
 def default_cache_path() -> Path:
-    return env.work_root()[0] / ".cache" / CACHE_FILE_NAME
+    return work_dirs.work_root()[0] / ".cache" / CACHE_FILE_NAME
 
 
 def _read_cache(path: Path, key: str) -> EngineCapabilities | None:
@@ -372,7 +372,7 @@ def probe_engine(cache_path: Path | None = None, *, refresh: bool = False, pytho
     from . import engine_process
 
     python = python or sys.executable
-    location = env.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
+    location = work_dirs.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (see README 'Engine install') in that Python, or "

@@ -83,7 +83,7 @@ def describe(python: str) -> dict[str, Any]:
 
 
 def sglang_location(python: str) -> dict[str, Any]:
-    """env.sglang_location()'s shape, for the sglang that ``python`` imports."""
+    """work_dirs.sglang_location()'s shape, for the sglang that ``python`` imports."""
     info = describe(python)
     if not info["sglang_origin"]:
         return {"installed": False, "package_dir": None, "version": None, "checkout_root": None,

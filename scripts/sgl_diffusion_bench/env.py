@@ -1,4 +1,5 @@
-"""Environment discovery: where sglang and our outputs live, versions, GPUs, Hugging Face, and problems to act on.
+"""Environment discovery: versions, GPUs, Hugging Face, and problems to act on (where sglang and our outputs live is
+work_dirs's job).
 
 Nothing here imports sglang: finding its files and reading package metadata is enough, and importing it costs
 seconds and can fail in ways that are themselves findings.
@@ -6,7 +7,6 @@ seconds and can fail in ways that are themselves findings.
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -16,111 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from . import bench_env, contract, fileio, gpu, hf_settings, paths, progress
+from . import bench_env, contract, fileio, gpu, hf_settings, progress, work_dirs
 
-WORKDIR_ENV = bench_env.WORKDIR
-ASSETS_SUBDIR = Path("inputs/diffusion_benchmark/figs")
-OUTPUT_SUBDIRS = {"benchmarks": Path("outputs/diffusion_benchmarks"), "profiles": Path("outputs/diffusion_profiles")}
 BENCH_ENV_VARS = ("FLASHINFER_DISABLE_VERSION_CHECK", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING", "NCCL_NVLS_ENABLE")
 GATED_HINT = f"{hf_settings.MISSING_TOKEN_HINT}; without it gated models fail with a misleading 'not supported' error"
-
-
-def find_sglang_checkout(start: Path = paths.CHECKOUT_ROOT) -> Path | None:
-    """The sglang repo that contains this bundle (e.g. under python/sglang/multimodal_gen/.claude/skills/)."""
-    for candidate in [start, *start.parents]:
-        if (candidate / "python" / "sglang" / "__init__.py").is_file():
-            return candidate
-    return None
-
-
-def sglang_location() -> dict[str, Any]:
-    """Where the importable sglang is, and whether it is a source checkout or an installed package."""
-    return dict(_sglang_location())
-
-
-@functools.lru_cache(maxsize=1)
-def _sglang_location() -> dict[str, Any]:
-    """Looked up once per process (the work root, the repo root and the probe each ask; ~7 ms a time)."""
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.origin:
-        return {"installed": False, "package_dir": None, "version": None, "checkout_root": None,
-                "reason": "sglang is not importable in this Python (" + sys.executable + ")"}
-    package_dir = Path(spec.origin).resolve().parent
-    version = dist_version("sglang")
-    checkout = package_dir.parents[1] if package_dir.parent.name == "python" and \
-        (package_dir.parents[1] / ".git").exists() else None
-    return {"installed": True, "package_dir": str(package_dir), "version": version,
-            "checkout_root": str(checkout) if checkout else None, "reason": None}
-
-
-def repo_root() -> tuple[Path | None, str]:
-    """The sglang repo root: the checkout owning the skill first, then the checkout sglang is imported from."""
-    own = find_sglang_checkout()
-    if own:
-        return own, "bundle is inside this sglang checkout"
-    location = sglang_location()
-    if location["checkout_root"]:
-        return Path(location["checkout_root"]), "sglang is imported from this checkout"
-    if location["installed"]:
-        return None, "sglang is an installed package (no source checkout)"
-    return None, location["reason"]
-
-
-def work_root() -> tuple[Path, str]:
-    """Where assets and outputs go: $DIFFUSION_BENCH_WORKDIR, else the sglang checkout, else the bundle."""
-    given_by = bench_env.source(WORKDIR_ENV)
-    if given_by:
-        reason = f"${given_by}" + ("" if given_by == WORKDIR_ENV else f" (deprecated name of ${WORKDIR_ENV})")
-        return Path(bench_env.get(WORKDIR_ENV)).expanduser().resolve(), reason
-    root, _ = repo_root()
-    if root is not None:
-        return root, "sglang checkout"
-    if paths.is_checkout():
-        return paths.CHECKOUT_ROOT, "bundle checkout (sglang has no source checkout here)"
-    return Path.cwd(), "current directory"
-
-
-def assets_dir(mkdir: bool = False) -> Path:
-    return _maybe_mkdir(work_root()[0] / ASSETS_SUBDIR, mkdir)
-
-
-def output_dir(kind: str, mkdir: bool = False) -> Path:
-    if kind not in OUTPUT_SUBDIRS:
-        raise contract.UsageError("usage.bad_kind", f"unknown output kind {kind!r}",
-                                  "use --kind benchmarks or --kind profiles")
-    return _maybe_mkdir(work_root()[0] / OUTPUT_SUBDIRS[kind], mkdir)
-
-
-def _maybe_mkdir(path: Path, mkdir: bool) -> Path:
-    if mkdir:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise contract.PreconditionError("fs.not_writable", f"cannot create {path}: {exc.strerror}",
-                                             f"set {WORKDIR_ENV} to a writable directory") from exc
-    return path
-
-
-def check_write_access() -> Path:
-    """Write a probe file under the work root; raise a clear error when that is not possible."""
-    probe = work_root()[0] / ".cache" / "diffusion_skill_write_test" / "probe.txt"
-    try:
-        probe.parent.mkdir(parents=True, exist_ok=True)
-        probe.write_text("ok\n")
-    except OSError as exc:
-        raise contract.PreconditionError("fs.not_writable", f"cannot write {probe}: {exc.strerror}",
-                                         f"make the directory writable or set {WORKDIR_ENV}") from exc
-    return probe
-
-
-@functools.lru_cache(maxsize=None)
-def dist_version(name: str) -> str | None:
-    """An installed distribution's version, None when absent; looked up once per process (each lookup scans every
-    site directory, ~5 ms)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _git_commit(root: Path | None) -> str | None:
@@ -140,7 +39,7 @@ def torch_info(import_torch: bool = True, gpus_seen: bool = False) -> dict[str, 
     ``import_torch=False`` (a benchmark run's record, which must not pay seconds of torch import per campaign):
     the CUDA build comes from torch/version.py read as text, CUDA availability from NVML (``gpus_seen``), NCCL stays
     unknown."""
-    info: dict[str, Any] = {"version": dist_version("torch"), "cuda_build": None, "cuda_available": False,
+    info: dict[str, Any] = {"version": work_dirs.dist_version("torch"), "cuda_build": None, "cuda_available": False,
                             "nccl": None}
     if info["version"] is None:
         return info
@@ -163,7 +62,6 @@ def torch_info(import_torch: bool = True, gpus_seen: bool = False) -> dict[str, 
         except Exception:
             info["nccl"] = None
     return info
-
 
 
 def _torch_cuda_build_from_source() -> str | None:
@@ -211,10 +109,10 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
     engine probe's, also imports the engine in a child process unless its cache answers: 10-40 s)."""
     from . import engine_python as engine_interpreter
 
-    root, root_reason = repo_root()
-    work, work_reason = work_root()
+    root, root_reason = work_dirs.repo_root()
+    work, work_reason = work_dirs.work_root()
     own = engine_python is None or engine_interpreter.is_own(engine_python)
-    location = sglang_location() if own else engine_interpreter.sglang_location(engine_python)
+    location = work_dirs.sglang_location() if own else engine_interpreter.sglang_location(engine_python)
     inventory = gpu.read_inventory(nvml) if with_gpus else gpu.Inventory((), None, "GPU scan skipped")
     torch = torch_info(import_torch, gpus_seen=bool(inventory.gpus))
     writable = _writable(work)
@@ -224,14 +122,15 @@ def inspect(*, with_gpus: bool = True, nvml=None, import_torch: bool = True, eng
         sglang={**location, "repo_root": str(root) if root else None, "repo_root_reason": root_reason,
                 "git_commit": _git_commit(root)},
         directories={"work_root": str(work), "work_root_reason": work_reason, "writable": writable,
-                     "assets": str(work / ASSETS_SUBDIR),
-                     "benchmarks": str(work / OUTPUT_SUBDIRS["benchmarks"]),
-                     "profiles": str(work / OUTPUT_SUBDIRS["profiles"])},
+                     "assets": str(work / work_dirs.ASSETS_SUBDIR),
+                     "benchmarks": str(work / work_dirs.OUTPUT_SUBDIRS["benchmarks"]),
+                     "profiles": str(work / work_dirs.OUTPUT_SUBDIRS["profiles"])},
         versions={"python": sys.version.split()[0], "python_executable": sys.executable,
                   "torch": torch["version"], "torch_cuda_build": torch["cuda_build"],
                   "cuda_available": torch["cuda_available"], "sglang": location["version"],
-                  "diffusers": dist_version("diffusers"), "transformers": dist_version("transformers"),
-                  "triton": dist_version("triton"), "nccl": torch["nccl"], "driver": inventory.driver_version},
+                  "diffusers": work_dirs.dist_version("diffusers"),
+                  "transformers": work_dirs.dist_version("transformers"), "triton": work_dirs.dist_version("triton"),
+                  "nccl": torch["nccl"], "driver": inventory.driver_version},
         gpus=[dict(g.to_json(), leased_by=leased[g.uuid]) for g in inventory.gpus],
         gpus_reason=inventory.reason,
         env={**{name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", *BENCH_ENV_VARS)},
@@ -289,7 +188,7 @@ def find_problems(doc: dict[str, Any], torch: dict[str, Any]) -> list[dict[str, 
             f"set {name} instead: sglang claims every SGL_* and SGLANG_* variable as its own")
     if not doc["directories"]["writable"]:
         add("fs.not_writable", "error", f"{doc['directories']['work_root']} is not writable",
-            f"set {WORKDIR_ENV} to a writable directory")
+            f"set {work_dirs.WORKDIR_ENV} to a writable directory")
     gpus = doc["gpus"]
     if not gpus:
         add("gpu.none", "warning", doc["gpus_reason"] or "no GPUs",

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, env, inputs
+from . import contract, inputs, work_dirs
 from .argv_tokens import parse_cli_tokens
 from .presets import Preset
 
@@ -25,7 +25,7 @@ _NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$")
 
 
 def default_config_path() -> Path | None:
-    root, _ = env.repo_root()
+    root, _ = work_dirs.repo_root()
     return root / CONFIG_RELATIVE_PATH if root is not None else None
 
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import (assets, campaign_context, command_builder, contract, engine_process, env, fileio, gpu, log_markers,
-               presets, request_path, request_setup)
+from . import (assets, campaign_context, command_builder, contract, engine_process, fileio, gpu, log_markers,
+               presets, request_path, request_setup, work_dirs)
 from .cell import Cell
 from .engine_probe import EngineCapabilities
 from .trace import host_record
@@ -54,7 +54,7 @@ def profile_invocation(preset: presets.Preset, caps: EngineCapabilities, request
                                                      *campaign_context.port_args_for(caps)))
     invocation = command_builder.build_invocation(
         preset, options, caps, sglang_cli=[*engine_process.sglang_cli(caps.python), "generate"],
-        output_root=request.output_root, assets_dir=env.assets_dir(), caller_env=dict(os.environ),
+        output_root=request.output_root, assets_dir=work_dirs.assets_dir(), caller_env=dict(os.environ),
         model_path=str(model_path) if model_path else None,
         asset_filenames={a.id: a.filename for a in assets.load_manifest()})
     if not caps.profiler_dir_env:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import command_builder, contract, engine_process, env, fileio, gpu, hf_settings, model_access, presets
+from . import command_builder, contract, engine_process, fileio, gpu, hf_settings, model_access, presets, work_dirs
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -68,7 +68,7 @@ def engine_check(preset: Preset, caps: EngineCapabilities) -> dict[str, Any]:
         inv = command_builder.build_invocation(
             preset, command_builder.RunOptions(label="readiness"), caps,
             sglang_cli=[*engine_process.sglang_cli(), "generate"], output_root=Path("/nonexistent/readiness"),
-            assets_dir=env.assets_dir(), caller_env=dict(os.environ),
+            assets_dir=work_dirs.assets_dir(), caller_env=dict(os.environ),
             model_path="<local model>" if preset.local_model else None,
             asset_filenames=_asset_filenames())
     except contract.ToolError as exc:
@@ -86,7 +86,7 @@ def _asset_filenames() -> dict[str, str]:
 def assets_check(preset: Preset) -> dict[str, Any]:
     if not preset.asset:
         return _check(True, "the preset takes no input image", path=None)
-    path = env.assets_dir() / _asset_filenames()[preset.asset]
+    path = work_dirs.assets_dir() / _asset_filenames()[preset.asset]
     return _check(path.is_file(), f"input {path} is present" if path.is_file() else
                   f"input {path} is missing: run bench_diffusion_denoise.py --fetch-assets --json", path=str(path))
 
@@ -132,7 +132,7 @@ def assess(preset: Preset, caps: EngineCapabilities, environ: Mapping[str, str],
         "endpoint": None, "reachable": False, "checked": False, "latency_ms": None, "error": "not needed"}
     local_copy = access.local_copy or (model_access.complete_copy(preset.model, [hf_settings.hub_cache(environ)])
                                        if preset.model else None)
-    where = env.output_dir("benchmarks")
+    where = work_dirs.output_dir("benchmarks")
     checks = {
         "gpus": gpu_check(preset, inventory if inventory is not None else gpu.read_inventory(),
                           lambda uuid: gpu.lease_holder(uuid, gpu.default_lock_dir(dict(environ)))),

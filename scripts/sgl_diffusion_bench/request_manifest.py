@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import contract, engine_python, env
+from . import contract, engine_python, work_dirs
 
 MANIFEST_SOURCE = "multimodal_gen/benchmarks/request_manifest.py"
 # Fields of the engine's manifest that a text-to-image HTTP request carries (the OpenAI-style image API's names).
@@ -156,7 +156,7 @@ def for_campaign(path_text: str | None, python_option: str | None,
     if not path_text:
         return None
     path, python = Path(path_text), engine_python.resolve(python_option)
-    location = env.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
+    location = work_dirs.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (README 'Engine install') or pass --engine-python")

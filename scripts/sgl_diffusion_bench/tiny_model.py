@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import bench_env, contract, engine_process, env
+from . import bench_env, contract, engine_process, work_dirs
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
@@ -31,14 +31,14 @@ T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
 def transformers_tag() -> str:
     """The transformers release the tiny model is saved with: a model saved by one release's tokenizers may not load
     under an older one (0.5.23's transformers 5.19 vs 0.5.10.post1's 5.3), so each keeps its own copy."""
-    return f"transformers-{env.dist_version('transformers') or 'none'}"
+    return f"transformers-{work_dirs.dist_version('transformers') or 'none'}"
 
 
 def default_cache_dir() -> Path:
     """$DIFFUSION_BENCH_TINY_MODEL_DIR, else <work root>/.cache/tiny-models/transformers-<version>."""
     if bench_env.get(CACHE_ENV):
         return Path(bench_env.get(CACHE_ENV)).expanduser()
-    return env.work_root()[0] / ".cache" / "tiny-models" / transformers_tag()
+    return work_dirs.work_root()[0] / ".cache" / "tiny-models" / transformers_tag()
 
 
 def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> Path:

@@ -12,9 +12,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder, contract, engine_mode,
-               engine_overlap, engine_probe, env, model_cache, nightly, presets, report,
-               selftest, sequential, warm_campaign)
+from .. import (assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder,
+               contract, engine_mode, engine_overlap, engine_probe, model_cache, nightly, presets, report, selftest,
+               sequential, warm_campaign, work_dirs)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -197,7 +197,7 @@ def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False
 
 
 def settings_from(args: argparse.Namespace) -> campaign_context.CampaignSettings:
-    output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks")
+    output_root = Path(args.output_dir).resolve() if args.output_dir else work_dirs.output_dir("benchmarks")
     return campaign_context.CampaignSettings(
         label=args.label, output_root=output_root, threshold_pct=args.threshold_pct,
         primary_metric=args.primary_metric, discard_outliers=args.discard_outliers, warmup=not args.no_warmup,
@@ -271,7 +271,7 @@ def _probe(args: argparse.Namespace) -> _runner.Result:
 
 
 def _fetch(args: argparse.Namespace) -> _runner.Result:
-    assets_dir = env.assets_dir(mkdir=True)
+    assets_dir = work_dirs.assets_dir(mkdir=True)
     outcomes, lock_path = assets.fetch_assets(assets_dir, download=assets.make_downloader(args.assets_base_url))
     counts: dict[str, int] = {}
     for o in outcomes:
@@ -310,7 +310,7 @@ def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
     doc = bcg_replay.run_command(
         preset, engine_capabilities(args), label=args.label, bcg=not args.replay_without_bcg,
         extra_args=shlex.split(args.extra_args),
-        output_root=Path(args.output_dir).resolve() if args.output_dir else env.output_dir("benchmarks"),
+        output_root=Path(args.output_dir).resolve() if args.output_dir else work_dirs.output_dir("benchmarks"),
         model_path=model_path, timeout_s=args.cell_timeout_s,
         build_local_model=lambda: presets.model_location(preset, args.model_path, build=True), echo=args.echo_engine)
     return _runner.Result(doc, bcg_replay.render_text(doc))

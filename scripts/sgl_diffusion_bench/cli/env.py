@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import contract, engine_probe, engine_process, engine_python, env, gpu, selftest
+from .. import contract, engine_probe, engine_process, engine_python, env, gpu, selftest, work_dirs
 from . import _engine_args, _runner
 
 TOOL = "diffusion_skill_env"
@@ -34,7 +34,7 @@ def build_parser() -> _runner.Parser:
                             help="<work root>/inputs/diffusion_benchmark/figs")
     p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
     p = _runner.add_command(sub, "print-output-dir", parents=[parent], help="benchmarks or profiles output directory")
-    p.add_argument("--kind", required=True, choices=sorted(env.OUTPUT_SUBDIRS), help="which tools' outputs")
+    p.add_argument("--kind", required=True, choices=sorted(work_dirs.OUTPUT_SUBDIRS), help="which tools' outputs")
     p.add_argument("--mkdir", action="store_true", help="create the directory if it is missing")
     for name, helptext in (("print-idle-gpus", "comma-separated idle GPU indices, sampled several times"),
                            ("lease", "hold idle GPUs exclusively while COMMAND runs")):
@@ -70,14 +70,14 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         return _runner.Result(doc, render_inspect(doc),
                               exit_code=0 if doc["ok"] else int(contract.ExitCode.PRECONDITION))
     if command == "print-root":
-        root, _ = env.repo_root()
-        return _path_result("root", root if root is not None else env.work_root()[0])
+        root, _ = work_dirs.repo_root()
+        return _path_result("root", root if root is not None else work_dirs.work_root()[0])
     if command == "print-assets-dir":
-        return _path_result("assets", env.assets_dir(args.mkdir))
+        return _path_result("assets", work_dirs.assets_dir(args.mkdir))
     if command == "print-output-dir":
-        return _path_result(args.kind, env.output_dir(args.kind, args.mkdir))
+        return _path_result(args.kind, work_dirs.output_dir(args.kind, args.mkdir))
     if command == "check-write-access":
-        return _path_result("write_probe", env.check_write_access())
+        return _path_result("write_probe", work_dirs.check_write_access())
     options = dict(samples=args.samples, max_memory_mib=args.max_memory_mib, max_util_pct=args.max_util_pct,
                    lock_dir=Path(args.lock_dir) if args.lock_dir else gpu.DEFAULT_LOCK_DIR)
     if command == "print-idle-gpus":

@@ -11,7 +11,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from .. import contract, env, log_gates, log_markers, presets, profile_run, selftest
+from .. import contract, log_gates, log_markers, presets, profile_run, selftest, work_dirs
 from . import _engine_args, _runner
 from .bench import engine_capabilities
 
@@ -55,7 +55,7 @@ def request_of(args: argparse.Namespace) -> profile_run.ProfileRequest:
         extra = shlex.split(args.extra_args)
     except ValueError as exc:
         raise contract.UsageError("usage.bad_extra_args", f"--extra-args does not parse: {exc}", "quote it") from exc
-    output_root = Path(args.output_dir).resolve() if args.output_dir else env.output_dir("profiles")
+    output_root = Path(args.output_dir).resolve() if args.output_dir else work_dirs.output_dir("profiles")
     return profile_run.ProfileRequest(
         label=args.label, output_root=output_root,
         model_path=args.model_path, num_profiled_timesteps=args.num_profiled_timesteps, all_stages=args.all_stages,

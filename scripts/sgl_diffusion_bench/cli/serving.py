@@ -12,8 +12,8 @@ import os
 import shlex
 from pathlib import Path
 
-from .. import (contract, engine_probe, engine_python, env, gpu, presets, request_manifest, request_setup, selftest,
-               stats)
+from .. import (contract, engine_probe, engine_python, gpu, presets, request_manifest, request_setup, selftest, stats,
+               work_dirs)
 from ..serving import device_room, load, render, requests, run, server
 from . import _runner
 
@@ -112,7 +112,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     for arm, port in (("a", args.port_a), ("b", args.port_b)):
         if port is not None:  # before anything is built or started
             server.check_port_free(port, f"--port-{arm}")
-    location = env.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
+    location = work_dirs.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (README 'Engine install') or pass --engine-python")

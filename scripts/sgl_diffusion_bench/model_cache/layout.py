@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from .. import contract, paths
-from ..env import repo_root as sglang_repo_root
+from ..work_dirs import repo_root as sglang_repo_root
 
 MARKER_NAME = ".sglang-diffusion-benchmark-cache"
 MARKER_TEXT = ("This directory is owned by sglang-diffusion-benchmark-profile (cleanup_model_cache.py).\n"

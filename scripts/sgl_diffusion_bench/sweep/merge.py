@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import baseline_check, env
+from .. import baseline_check, work_dirs
 from . import driver, plan as sweep_plan, state as sweep_state
 
 
@@ -82,7 +82,7 @@ def shard_row(folder: Path, shard, found: dict[str, Any], engine_dir: str | None
 def merge(folder: Path, engine_dir: str | None = None) -> dict[str, Any]:
     """The sweep-report.v1 payload; artifacts are written by merge_render. The nightly baselines are read from
     ``engine_dir`` (default: the engine this Python imports)."""
-    engine_dir = engine_dir or env.sglang_location()["package_dir"]
+    engine_dir = engine_dir or work_dirs.sglang_location()["package_dir"]
     spec = driver.spec_of_folder(folder)
     current = driver.status(folder, spec)
     rows = [shard_row(folder, shard, _found(folder, shard), engine_dir) for shard in spec.shards]

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from ... import bench_env, contract, env, fileio, paths, progress
+from ... import bench_env, contract, fileio, paths, progress, work_dirs
 from .. import state as sweep_state
 from .. import worker
 from . import Job, Options, missing_extra, too_big
@@ -42,7 +42,7 @@ def runtime_env() -> dict[str, Any]:
     """The bundle's files as the task's working_dir (a checkout; an installed wheel is on the nodes already), and the
     driver's DIFFUSION_BENCH_* settings, its work root (assets, caches, the engine probe) included."""
     variables = {name: os.environ[name] for name in bench_env.VARIABLES if name in os.environ}
-    variables.setdefault(bench_env.WORKDIR, str(env.work_root()[0]))
+    variables.setdefault(bench_env.WORKDIR, str(work_dirs.work_root()[0]))
     if paths.is_checkout():
         return {"working_dir": str(paths.bundle_root()), "excludes": EXCLUDES,
                 "env_vars": {**variables, "PYTHONPATH": "scripts"}}
