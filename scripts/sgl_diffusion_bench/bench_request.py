@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from . import (assets, bench_runner, campaign, campaign_context, contract, gpu, model_access, presets, readiness,
-               request_manifest, work_dirs)
+from . import (assets, bench_runner, campaign, campaign_context, contract, gpu, model_access, readiness,
+               request_manifest, tiny_model, work_dirs)
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -67,7 +67,7 @@ def new_runner(request: BenchRequest, preset: Preset, caps: EngineCapabilities, 
     cannot be reached) up front: the one place a campaign runner is made."""
     preset = model_access.require(preset, os.environ, list(request.access_hubs) if request.access_hubs is not None
                                   else None)
-    model_path, warnings = presets.model_location(preset, request.model_path, build=build_model)
+    model_path, warnings = tiny_model.model_location(preset, request.model_path, build=build_model)
     ctx = campaign_context.CampaignContext.build(preset, plan_campaign(request, caps, manifest), request.settings,
                                                  caps, model_path=model_path)
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={a.id: a.filename for a in assets.load_manifest()})
@@ -95,7 +95,7 @@ def plan(request: BenchRequest, caps: EngineCapabilities) -> dict[str, Any]:
     engine mode each campaign would take; nothing is built or run."""
     inventory, runs, refusals, warnings, modes = None, [], [], [], []
     for preset in request.presets:
-        warnings += presets.model_location(preset, request.model_path, build=False)[1]
+        warnings += tiny_model.model_location(preset, request.model_path, build=False)[1]
         try:
             runner = new_runner(request, preset, caps, build_model=False, manifest=manifest_for(request, preset))
         except contract.UsageError:

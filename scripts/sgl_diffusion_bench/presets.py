@@ -240,36 +240,3 @@ def customised(chosen: list[Preset], override_items: Iterable[str], local_model_
     if not overrides and not local_model_path:
         return chosen
     return [dataclasses.replace(p, **overrides, gated=p.gated and not local_model_path) for p in chosen]
-
-
-def local_model_dir(path_text: str, preset: Preset, *, must_exist: bool) -> tuple[str, list[dict[str, str]]]:
-    """The --model-path directory (resolved), checked to hold a diffusers pipeline when it will be run, and the
-    warnings a reader of the results needs (a directory name the engine will not recognise)."""
-    path = Path(path_text).expanduser().resolve()
-    if must_exist and not (path / "model_index.json").is_file():
-        raise contract.PreconditionError("input.model_path_not_a_pipeline", f"{path} holds no model_index.json",
-                                         "pass a diffusers pipeline directory (the one holding model_index.json)")
-    warnings = [] if (path / "model_index.json").is_file() else [
-        {"code": "model.path_missing", "message": f"{path} holds no model_index.json here; a real run refuses to "
-         "start without it"}]
-    expected = (preset.model or "").rsplit("/", 1)[-1]
-    if expected and path.name != expected:
-        warnings.insert(0, {"code": "model.path_name", "message": f"--model-path {path} is not named {expected!r}: "
-                         "sglang resolves the pipeline config (and 0.5.23 its BCG allow-list) from the directory "
-                         f"name, so it may not run the {preset.name!r} architecture"})
-    return str(path), warnings
-
-
-def model_location(preset: Preset, model_path: str | None, *, build: bool) -> tuple[str | None, list[dict[str, str]]]:
-    """Where the preset's model is read from (None: the hub id) and what a reader should know about it: the
-    --model-path directory, else a local preset model (built here only when ``build``; a plan only names it)."""
-    if model_path:
-        return local_model_dir(model_path, preset, must_exist=build)
-    if not preset.local_model:
-        return None, []
-    from . import tiny_model  # builds models with the engine's own libraries: import only when a preset needs it
-
-    path = tiny_model.local_model_path(preset.local_model, build)
-    missing = not build and not (path / "model_index.json").is_file()
-    return str(path), [{"code": "model.not_built", "message": f"{path} does not exist yet; a real run builds it "
-                        "first (tiny_model.ensure_tiny_flux)"}] if missing else []

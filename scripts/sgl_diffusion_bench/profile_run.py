@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (assets, campaign_context, command_builder, contract, engine_process, fileio, gpu, log_markers,
-               presets, request_path, request_setup, work_dirs)
+               presets, request_path, request_setup, tiny_model, work_dirs)
 from .cell import Cell
 from .engine_probe import EngineCapabilities
 from .trace import host_record
@@ -47,7 +47,7 @@ def profile_invocation(preset: presets.Preset, caps: EngineCapabilities, request
     profile_flags = ["--profile", "--num-profiled-timesteps", str(request.num_profiled_timesteps)]
     if request.all_stages:
         profile_flags.append("--profile-all-stages")
-    model_path = presets.model_location(preset, request.model_path, build=build_model)[0]
+    model_path = tiny_model.model_location(preset, request.model_path, build=build_model)[0]
     options = command_builder.RunOptions(label=request.label, arm="profile", quality=request.quality,
                                          warmup=request.warmup, breakable_cuda_graph=request.breakable_cuda_graph,
                                          extra_args=(*request.extra_args, *profile_flags,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import command_builder, contract, engine_process, fileio, gpu, hf_settings, model_access, presets, work_dirs
+from . import command_builder, contract, engine_process, fileio, gpu, hf_settings, model_access, tiny_model, work_dirs
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 
@@ -106,7 +106,7 @@ def model_check(access: model_access.Access, hub: Mapping[str, Any], local_copy:
 
 def local_dir_check(preset: Preset, model_path: str) -> dict[str, Any]:
     """A --model-path directory is ready when it holds a diffusers pipeline (model_index.json)."""
-    path, warnings = presets.local_model_dir(model_path, preset, must_exist=False)
+    path, warnings = tiny_model.local_model_dir(model_path, preset, must_exist=False)
     if any(w["code"] == "model.path_missing" for w in warnings):
         return _check(False, f"--model-path {path} holds no model_index.json", decision="local")
     return _check(True, f"--model-path {path} holds a diffusers pipeline", decision="local")

@@ -4,6 +4,9 @@ The directory name decides how sglang 0.5.10.post1 resolves it: a basename conta
 native FLUX.1 config (``tiny-FLUX.1-dev``); any other name (``tinyflux``) does not, which makes ``--backend auto``
 fall back to diffusers and ``--backend sglang`` fail. Builds are deterministic, byte for byte (fixed seeds, a
 hand-made tokenizer vocabulary), and atomic: built in a temporary sibling directory, then renamed into place.
+
+``model_location`` says where a preset's model is read from: a directory the user named (``--model-path``), a tiny
+local model (built here when a run needs it), or the hub.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from . import bench_env, contract, engine_process, work_dirs
+from .presets import Preset
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
@@ -141,3 +145,34 @@ def local_model_path(name: str, build: bool) -> Path:
     if build:
         return ensure_tiny_flux()
     return default_cache_dir() / NATIVE_NAME
+
+
+def local_model_dir(path_text: str, preset: Preset, *, must_exist: bool) -> tuple[str, list[dict[str, str]]]:
+    """The --model-path directory (resolved), checked to hold a diffusers pipeline when it will be run, and the
+    warnings a reader of the results needs (a directory name the engine will not recognise)."""
+    path = Path(path_text).expanduser().resolve()
+    if must_exist and not (path / "model_index.json").is_file():
+        raise contract.PreconditionError("input.model_path_not_a_pipeline", f"{path} holds no model_index.json",
+                                         "pass a diffusers pipeline directory (the one holding model_index.json)")
+    warnings = [] if (path / "model_index.json").is_file() else [
+        {"code": "model.path_missing", "message": f"{path} holds no model_index.json here; a real run refuses to "
+         "start without it"}]
+    expected = (preset.model or "").rsplit("/", 1)[-1]
+    if expected and path.name != expected:
+        warnings.insert(0, {"code": "model.path_name", "message": f"--model-path {path} is not named {expected!r}: "
+                         "sglang resolves the pipeline config (and 0.5.23 its BCG allow-list) from the directory "
+                         f"name, so it may not run the {preset.name!r} architecture"})
+    return str(path), warnings
+
+
+def model_location(preset: Preset, model_path: str | None, *, build: bool) -> tuple[str | None, list[dict[str, str]]]:
+    """Where the preset's model is read from (None: the hub id) and what a reader should know about it: the
+    --model-path directory, else a local preset model (built here only when ``build``; a plan only names it)."""
+    if model_path:
+        return local_model_dir(model_path, preset, must_exist=build)
+    if not preset.local_model:
+        return None, []
+    path = local_model_path(preset.local_model, build)
+    missing = not build and not (path / "model_index.json").is_file()
+    return str(path), [{"code": "model.not_built", "message": f"{path} does not exist yet; a real run builds it "
+                        "first (tiny_model.ensure_tiny_flux)"}] if missing else []

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import (assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder,
                contract, engine_mode, engine_overlap, engine_probe, model_cache, nightly, presets, report, selftest,
-               sequential, warm_campaign, work_dirs)
+               sequential, tiny_model, warm_campaign, work_dirs)
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -289,7 +289,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
     runners = bench_request.assemble(  # a warm engine imports sglang once, so the probe keeps its interpreter
         request, lambda: engine_capabilities(args, keep_interpreter=args.engine != "cold"))
     outcome = campaign_session.run(runners, request.settings.label,
-                                   lambda preset: presets.model_location(preset, request.model_path, build=True))
+                                   lambda preset: tiny_model.model_location(preset, request.model_path, build=True))
     docs = outcome.documents
     if outcome.interrupted:
         return _runner.Result(docs[-1], report.render_campaign_text(docs[-1]) + "\ninterrupted: the partial report above is "
@@ -306,13 +306,13 @@ def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
     from .. import bcg_replay
 
     preset = presets.customised([presets.get_preset(args.model or DEFAULT_PRESET)], args.override, args.model_path)[0]
-    model_path, _ = presets.model_location(preset, args.model_path, build=False)
+    model_path, _ = tiny_model.model_location(preset, args.model_path, build=False)
     doc = bcg_replay.run_command(
         preset, engine_capabilities(args), label=args.label, bcg=not args.replay_without_bcg,
         extra_args=shlex.split(args.extra_args),
         output_root=Path(args.output_dir).resolve() if args.output_dir else work_dirs.output_dir("benchmarks"),
         model_path=model_path, timeout_s=args.cell_timeout_s,
-        build_local_model=lambda: presets.model_location(preset, args.model_path, build=True), echo=args.echo_engine)
+        build_local_model=lambda: tiny_model.model_location(preset, args.model_path, build=True), echo=args.echo_engine)
     return _runner.Result(doc, bcg_replay.render_text(doc))
 
 

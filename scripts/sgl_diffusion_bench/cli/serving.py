@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from .. import (contract, engine_probe, engine_python, gpu, presets, request_manifest, request_setup, selftest, stats,
-               work_dirs)
+               tiny_model, work_dirs)
 from ..serving import device_room, load, render, requests, run, server
 from . import _runner
 
@@ -129,7 +129,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
         specs = requests.single_request(args.prompt or preset.prompt or "a photo of a cat", size,
                                         args.steps or preset.num_inference_steps, preset.seed or 42)
         manifest = None
-    model_path, _ = presets.model_location(preset, args.model_path, build=True)
+    model_path, _ = tiny_model.model_location(preset, args.model_path, build=True)
     if model_path is None:
         raise contract.UsageError("usage.missing_model", f"preset {preset.name!r} has no local model",
                                   "give --model-path with a local pipeline directory")

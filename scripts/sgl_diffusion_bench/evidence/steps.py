@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import (bcg_replay, bench_request, bench_runner, campaign_context, campaign_session, contract, engine_probe,
-                fileio, gpu, model_cache, presets, sequential)
+                fileio, gpu, model_cache, sequential, tiny_model)
 from ..presets import Preset
 from .request import EvidenceRequest
 
@@ -118,7 +118,7 @@ def campaign_step(ctx: Context) -> Outcome:
     runner = campaign_runner(ctx)
     runner.check_fresh()
     outcome = campaign_session.run([(ctx.preset, runner)], "evidence",
-                                   lambda preset: presets.model_location(preset, ctx.request.model_path, build=True))
+                                   lambda preset: tiny_model.model_location(preset, ctx.request.model_path, build=True))
     if outcome.interrupted:
         raise KeyboardInterrupt  # the partial report is on disk; the manifest records the interruption
     doc = outcome.documents[0]
@@ -161,10 +161,10 @@ def bcg_replay_step(ctx: Context) -> Outcome:
         return Outcome("skipped", "no GPU here: BCG replay captures CUDA graphs, which need one")
     folder = ctx.folder("bcg_replay")
     doc = bcg_replay.run_command(ctx.preset, ctx.caps, label="evidence-replay", bcg=True, output_root=folder,
-                                 model_path=presets.model_location(ctx.preset, ctx.request.model_path,
+                                 model_path=tiny_model.model_location(ctx.preset, ctx.request.model_path,
                                                                    build=False)[0],
                                  timeout_s=campaign_context.DEFAULT_CELL_TIMEOUT_S,
-                                 build_local_model=lambda: presets.model_location(ctx.preset, ctx.request.model_path,
+                                 build_local_model=lambda: tiny_model.model_location(ctx.preset, ctx.request.model_path,
                                                                                   build=True), echo=False,
                                  extra_args=ctx.request.common_args)
     write_document(folder / "bcg-replay.json", doc)
