@@ -15,7 +15,7 @@ from . import (assets, campaign_context, command_builder, contract, engine_proce
                presets, request_path, request_setup, tiny_model, work_dirs)
 from .cell import Cell
 from .engine_probe import EngineCapabilities
-from .trace import host_record
+from . import profile_compare
 
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".pt.trace.json.gz")
 RANK_IN_NAME = re.compile(r"rank(\d+)")
@@ -114,8 +114,8 @@ def run_profile(preset: presets.Preset, caps: EngineCapabilities, request: Profi
     traces = find_traces(trace_dir)
     host = cell.gates["host"]
     for trace in traces:  # analyze_trace.py compare reads these to refuse a verdict on a contended pair
-        record = host_record.sidecar_document("profile_diffusion", trace["path"], trace["sha256"], host)
-        trace["host_load_path"] = str(fileio.atomic_write_text(host_record.sidecar_path(trace["path"]),
+        record = profile_compare.sidecar_document("profile_diffusion", trace["path"], trace["sha256"], host)
+        trace["host_load_path"] = str(fileio.atomic_write_text(profile_compare.sidecar_path(trace["path"]),
                                                                contract.dumps(record) + "\n"))
     reasons = list(cell.reasons)
     if not traces:

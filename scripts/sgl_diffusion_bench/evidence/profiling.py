@@ -11,7 +11,7 @@ from typing import Any
 from .. import contract, fast_paths, profile_run
 from ..trace.analyses.classify import classify_trace
 from ..trace.load import load_trace
-from ..trace.profile_table import profile_table
+from ..profile_compare import profile_table
 from ..trace.summary import trace_info
 from .steps import Context, Outcome, model_flags, write_document
 

@@ -1,4 +1,6 @@
-"""The host-load record beside a profiled trace, and whether a comparison of two traces may be read at all.
+"""Two profiles compared as evidence: the host-load record beside each profiled trace, whether the pair may be read at
+all, and the profile table that puts the kernel comparison under that verdict. Kept out of ``trace/`` (which reads
+traces and nothing else) because the verdict is the host samples' (``host_load``).
 
 profile_diffusion samples the host at the profiled run's start and end (the samples a campaign cell records, see
 ``host_load``) and writes them beside each trace as ``<trace>.host-load.json`` (``trace-host-load.v1``). A profile
@@ -12,7 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import contract, fileio, host_load, inputs
+from . import contract, fileio, host_load, inputs
+from .trace.analyses.compare import compare_traces
+from .trace.model import Trace
+from .trace.render import render_compare_markdown
+from .trace.summary import trace_info
 
 SIDECAR_SUFFIX = ".host-load.json"
 SCHEMA = "trace-host-load.v1"
@@ -65,3 +71,14 @@ def comparison_verdict(a: dict[str, Any], b: dict[str, Any], labels: tuple[str, 
                 "reason": f"no host-load record for {' and '.join(unknown)}: timing differences may be host noise "
                           "(profile_diffusion.py writes <trace>.host-load.json beside each trace it captures)"}
     return {"status": "comparable", "reason": "both profiles ran with no other busy process on the host"}
+
+
+def profile_table(a: Trace, b: Trace, labels: tuple[str, str], top: int,
+                  host_load_a: str | None = None, host_load_b: str | None = None) -> dict[str, Any]:
+    """``a``/``b`` as load.load_trace read them (their paths locate the host-load records beside them)."""
+    trace_a, trace_b = a.source, b.source
+    host = {"a": read_record(trace_a, host_load_a), "b": read_record(trace_b, host_load_b)}
+    verdict = comparison_verdict(host["a"], host["b"], labels)
+    result = compare_traces(a, b, labels, top)
+    return {"traces": {"a": trace_info(a), "b": trace_info(b)}, "host_load": host, "verdict": verdict,
+            "markdown": render_compare_markdown(result, verdict), **result}
