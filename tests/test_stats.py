@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import advice, campaign, perf_dump, stats
+from sgl_diffusion_bench import advice, perf_dump, stats
 from sgl_diffusion_bench.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
@@ -186,7 +186,7 @@ def test_a_noisy_aa_campaign_still_reports_its_noise_floor_and_next_step():
     # CV 72 % fails the gate, which no number of rounds cures: quiet the host, re-measure; no sample count, and
     # never the --rounds it would take (thousands, above the CLI's limit)
     step = comparison["next_step"]
-    assert floor["rounds_needed"] > campaign.MAX_ROUNDS
+    assert floor["rounds_needed"] > advice.MAX_ROUNDS
     assert step.startswith("this host is too noisy for a 1.5% threshold (CV 71.6%") and "pin the engine" in step
     assert "re-measure the noise floor with an A/A campaign" in step and "samples per arm" not in step
     assert "--" not in step  # no flag: a larger --threshold-pct does not loosen the CV gate, and the command varies
@@ -209,10 +209,10 @@ def test_next_step_gives_rounds_only_when_the_cli_accepts_them():
     assert near["verdict"] == "no_significant_change" or near["next_step"] is not None
     reachable = advice.render(stats.advice_for({**near["metrics"]["e2e_ms"], "verdict": "insufficient_data"}),
                               advice.BENCH)
-    assert 2 <= floor["rounds_needed"] <= campaign.MAX_ROUNDS
+    assert 2 <= floor["rounds_needed"] <= advice.MAX_ROUNDS
     assert reachable.startswith(f"re-run with --rounds {floor['rounds_needed']}: ")
     far = stats.summarize(_spread_cells(8.0), ["A", "B"], "A", "B")["comparison"]["metrics"]["e2e_ms"]
-    assert far["noise_floor"]["rounds_needed"] > campaign.MAX_ROUNDS
+    assert far["noise_floor"]["rounds_needed"] > advice.MAX_ROUNDS
     noisy = stats.advice_for({**far, "verdict": "insufficient_data"})
     assert noisy["action"] == "quiet_host" and noisy["rounds"] is None
     assert noisy["why"].startswith("this host is too noisy for a 1.5% threshold (CV 9.2%") and "--" not in noisy["why"]

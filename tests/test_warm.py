@@ -355,7 +355,7 @@ def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
 def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable_advice():
     """Issue 24's busy 2-core host: CV ~100 %, budget spent. The old rule said 'no_significant_change' and asked for
     --rounds 13955 (the CLI refuses above 50). Now: insufficient_data, and the advice is to quiet the host."""
-    from sgl_diffusion_bench import advice, campaign, sequential, stats
+    from sgl_diffusion_bench import advice, sequential, stats
 
     def next_step(rule, final):
         return advice.render(sequential.advice_for(rule, final), advice.BENCH)
@@ -374,7 +374,7 @@ def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable
     quiet = sequential.look(rule, _round_cells([-2.0, 0.5, -1.0, 1.0]), "A", "B", 4)
     assert quiet["verdict"] == "insufficient_data" and quiet["cv_pct"] < stats.MAX_CV_PCT
     needed = sequential.rounds_needed(rule, quiet["round_change_sd_pct"])
-    assert needed is not None and 4 < needed <= campaign.MAX_ROUNDS
+    assert needed is not None and 4 < needed <= advice.MAX_ROUNDS
     assert next_step(rule, quiet).startswith(f"re-run with --until-verdict --budget-rounds {needed}:")
     assert sequential.rounds_needed(rule, 50.0) is None  # sd 50 %: not within 50 rounds
     assert "too noisy" in next_step(rule, {**quiet, "round_change_sd_pct": 50.0})

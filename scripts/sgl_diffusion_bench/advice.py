@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 BENCH, EVIDENCE, COMPARE = "bench_diffusion_denoise", "collect_pr_evidence", "compare_perf"
 COMMANDS = (BENCH, EVIDENCE, COMPARE)
+MAX_ROUNDS = 50  # 200 cells per arm pair: more is a typo, not a campaign; no advice asks for more
 REQUESTS_PER_ROUND = 4  # an A/B/B/A round: what collect_pr_evidence's --budget-requests counts, per sample
 
 

@@ -22,13 +22,12 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
-from . import argv_tokens, contract
+from . import advice, argv_tokens, contract
 from .request_manifest import Manifest
 
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))
 DEFAULT_ROUNDS = 2
-MAX_ROUNDS = 50  # 200 cells per arm pair: more is a typo, not a campaign
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,8 +157,8 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
                                   "use --samples 1 (one measured request per slot) or more")
     if mode not in MODES:
         raise contract.UsageError("usage.bad_campaign", f"unknown campaign {mode!r}", f"use one of {', '.join(MODES)}")
-    if not 1 <= rounds <= MAX_ROUNDS:
-        raise contract.UsageError("usage.bad_rounds", f"--rounds must be 1..{MAX_ROUNDS}, got {rounds}",
+    if not 1 <= rounds <= advice.MAX_ROUNDS:
+        raise contract.UsageError("usage.bad_rounds", f"--rounds must be 1..{advice.MAX_ROUNDS}, got {rounds}",
                                   "use --rounds 2")
     if mode != "ab" and (arm_a_args or arm_b_args or arm_a_overrides or arm_b_overrides):
         raise contract.UsageError("usage.arm_args_need_ab", "--arm-a-args/--arm-b-args and "

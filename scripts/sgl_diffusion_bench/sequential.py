@@ -26,7 +26,6 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from . import advice, contract, stats
-from .campaign import MAX_ROUNDS
 from .cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8
@@ -144,10 +143,10 @@ def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: st
 
 
 def rounds_needed(rule: StoppingRule, round_change_sd_pct: float) -> int | None:
-    """The smallest --budget-rounds (at most campaign.MAX_ROUNDS) whose last look's interval, at this spread of
+    """The smallest --budget-rounds (at most advice.MAX_ROUNDS) whose last look's interval, at this spread of
     round changes, is narrow enough to resolve the threshold with POWER: (t_look + t_power) * sd / sqrt(n) <= the
-    threshold. None when even MAX_ROUNDS rounds would not."""
-    for budget in range(max(rule.min_rounds, 2), MAX_ROUNDS + 1):
+    threshold. None when even advice.MAX_ROUNDS rounds would not."""
+    for budget in range(max(rule.min_rounds, 2), advice.MAX_ROUNDS + 1):
         trial = dataclasses.replace(rule, budget_rounds=budget)
         width = (t_quantile(1 - (1 - trial.look_confidence) / 2, budget - 1) + t_quantile(stats.POWER, budget - 1)) \
             * round_change_sd_pct / math.sqrt(budget)

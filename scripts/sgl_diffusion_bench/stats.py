@@ -15,7 +15,6 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import advice, contract, inputs, steady_state
-from .campaign import MAX_ROUNDS
 from .cell import Cell
 
 DEFAULT_THRESHOLD_PCT = 1.5
@@ -254,15 +253,15 @@ def too_noisy_advice(cv_pct: float | None, threshold_pct: float) -> str:
     quieter. More samples do not cure a spread this wide, and a larger threshold does not loosen the CV gate."""
     spread = f"CV {cv_pct:.1f}%" if cv_pct is not None else "today's spread"
     return (f"this host is too noisy for a {threshold_pct:g}% threshold ({spread}; a verdict needs a CV of at most "
-            f"{MAX_CV_PCT:g}% and enough samples within the {MAX_ROUNDS} rounds a campaign may run): quiet the host "
-            f"or pin the engine to its own cores (stop other jobs and benchmarks, idle the GPU), then re-measure the "
-            f"noise floor with an A/A campaign of the same preset and compare again once its CV is under "
+            f"{MAX_CV_PCT:g}% and enough samples within the {advice.MAX_ROUNDS} rounds a campaign may run): quiet the "
+            f"host or pin the engine to its own cores (stop other jobs and benchmarks, idle the GPU), then re-measure "
+            f"the noise floor with an A/A campaign of the same preset and compare again once its CV is under "
             f"{MAX_CV_PCT:g}%")
 
 
 def advice_for(metric: Mapping[str, Any]) -> dict[str, Any] | None:
     """What to do when the data cannot support a verdict (advice.py), from the noise floor's figures. Never more
-    rounds than the CLI accepts (campaign.MAX_ROUNDS): past that, or when the spread fails the CV gate (which more
+    rounds than the CLI accepts (advice.MAX_ROUNDS): past that, or when the spread fails the CV gate (which more
     rounds do not cure), the advice is to quiet the host, with no sample count."""
     if metric["verdict"] != "insufficient_data":
         return None
@@ -272,7 +271,7 @@ def advice_for(metric: Mapping[str, Any]) -> dict[str, Any] | None:
                                   f"at least {DEFAULT_MIN_ROUNDS} rounds")
     cvs = [v for v in (floor["baseline_cv_pct"], floor["candidate_cv_pct"]) if v is not None]
     worst = max(cvs) if cvs else None
-    if (worst is not None and worst > MAX_CV_PCT) or floor["rounds_needed"] > MAX_ROUNDS:
+    if (worst is not None and worst > MAX_CV_PCT) or floor["rounds_needed"] > advice.MAX_ROUNDS:
         return advice.quiet_host("fixed", too_noisy_advice(worst, floor["target_pct"]))
     return advice.more_rounds("fixed", floor["rounds_needed"], (
         f"{floor['samples_per_arm_needed']} samples per arm, {floor['more_samples_per_arm']} more than now, resolve "

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder,
+from .. import (advice, assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder,
                contract, engine_mode, engine_overlap, engine_probe, model_cache, nightly, presets, report, selftest,
                sequential, tiny_model, warm_campaign, work_dirs)
 from . import _engine_args, _runner
@@ -69,7 +69,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--campaign", choices=campaign.MODES, default=None,
                       help="single (default); abba: eager vs BCG as A1 B1 B2 A2 rounds; aa: the same config twice "
                            "(noise floor); ab: --arm-a-args vs --arm-b-args; matrix: same as --quality-bcg-matrix")
-    camp.add_argument("--rounds", type=_runner.bounded_int(1, campaign.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
+    camp.add_argument("--rounds", type=_runner.bounded_int(1, advice.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
     camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
     camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
     for arm in "AB":  # e.g. dit-cpu-offload=true: the flag without its leading --
@@ -97,7 +97,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     camp.add_argument("--until-verdict", action="store_true",
                       help="run rounds until the change's interval excludes +/-threshold or --budget-rounds is "
                            "spent (a sequential rule with Bonferroni-corrected looks; the report records it)")
-    camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, campaign.MAX_ROUNDS), default=sequential.DEFAULT_BUDGET_ROUNDS,
+    camp.add_argument("--budget-rounds", type=_runner.bounded_int(2, advice.MAX_ROUNDS), default=sequential.DEFAULT_BUDGET_ROUNDS,
                       help=f"--until-verdict: most rounds to run (default {sequential.DEFAULT_BUDGET_ROUNDS})")
     camp.add_argument("--budget-minutes", type=_runner.bounded_float(0, 10080, low_open=True),
                       help="--until-verdict: start no further round after this many minutes")

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import campaign, contract, fileio, presets, sequential
+from .. import advice, contract, fileio, presets, sequential
 
 LAYOUT_FLAGS = ("--num-gpus", "--tp-size", "--sp-degree", "--ulysses-degree", "--ring-degree")
 MIN_BUDGET_ROUNDS = 2  # the sequential rule's first look needs two rounds
@@ -86,10 +86,10 @@ def build(*, model: str, model_path: str | None, overrides: Sequence[str], bcg: 
                                   "describe the change: --candidate-args '...' (and --baseline-args), or --bcg")
     budget = budget_requests if budget_requests is not None else sequential.DEFAULT_BUDGET_ROUNDS * 4 * samples
     rounds = budget // (4 * samples)
-    if not MIN_BUDGET_ROUNDS <= rounds <= campaign.MAX_ROUNDS:
+    if not MIN_BUDGET_ROUNDS <= rounds <= advice.MAX_ROUNDS:
         raise contract.UsageError("usage.bad_budget", f"--budget-requests {budget} pays for {rounds} A/B/B/A "
                                   f"round(s) of {4 * samples} requests; the rule needs {MIN_BUDGET_ROUNDS}.."
-                                  f"{campaign.MAX_ROUNDS}", f"use --budget-requests {MIN_BUDGET_ROUNDS * 4 * samples} "
+                                  f"{advice.MAX_ROUNDS}", f"use --budget-requests {MIN_BUDGET_ROUNDS * 4 * samples} "
                                   "or more")
     layouts = {"baseline": layout_of((*common, *base)), "candidate": layout_of((*common, *cand))}
     if layouts["baseline"] != layouts["candidate"]:
