@@ -27,13 +27,3 @@ def cell_request(preset: Preset, manifest: Manifest, index: int) -> dict[str, An
     spec = manifest.requests[index]
     return {"index": index, "request_id": spec.request_id, "line": spec.line, "width": preset.width,
             "height": preset.height, "num_frames": preset.num_frames, "num_inference_steps": preset.num_inference_steps}
-
-
-def shape_label(request: dict[str, Any]) -> str:
-    """``128x64, 2 steps`` (and ``, 16 frames`` for a video request), for tables."""
-    words = [f"{request['width']}x{request['height']}"]
-    if request.get("num_frames"):
-        words.append(f"{request['num_frames']} frames")
-    if request.get("num_inference_steps"):
-        words.append(f"{request['num_inference_steps']} steps")
-    return ", ".join(words)

@@ -13,10 +13,19 @@ from typing import Any, Mapping, Sequence
 
 from . import stats, validity
 from .cell import Cell
-from .manifest_campaign import shape_label
 
 OUTCOMES = (("improved", "faster"), ("regressed", "slower"), ("no_significant_change", "no clear change"))
 NO_VERDICT = "no verdict"  # insufficient data, or outputs that differ
+
+
+def shape_label(request: dict[str, Any]) -> str:
+    """``128x64, 2 steps`` (and ``, 16 frames`` for a video request), for tables."""
+    words = [f"{request['width']}x{request['height']}"]
+    if request.get("num_frames"):
+        words.append(f"{request['num_frames']} frames")
+    if request.get("num_inference_steps"):
+        words.append(f"{request['num_inference_steps']} steps")
+    return ", ".join(words)
 
 
 def per_request(cells: Sequence[Cell], comparison: Mapping[str, Any] | None,
