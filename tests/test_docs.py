@@ -32,7 +32,8 @@ import pytest
 import yaml
 
 from conftest import HF_TOKEN_CANARY, REPO, TEST_FIXTURES
-from sgl_diffusion_bench import doc_tables, engine_probe, gpu
+from sgl_diffusion_bench import engine_probe, gpu
+from sgl_diffusion_bench.cli import doc_tables
 from sgl_diffusion_bench.cli import options_reference
 
 SKILL_DOCS = [REPO / name for name in ("SKILL.md", "benchmark-and-profile.md", "existing-fast-paths.md",
@@ -153,7 +154,8 @@ def test_the_options_reference_says_what_every_option_does():
 
 def test_generated_tables_match_the_data():
     stale = doc_tables.sync_docs(REPO, write=False)
-    assert stale == {}, f"regenerate: PYTHONPATH=scripts python3 -m sgl_diffusion_bench.doc_tables --write ({stale})"
+    assert stale == {}, f"regenerate: PYTHONPATH=scripts python3 -m sgl_diffusion_bench.cli.doc_tables --write " \
+        f"({stale})"
     text = "".join(d.read_text() for d in [*DOCS, REPO / "CONTRIBUTING.md"])
     for name in doc_tables.RENDERERS:
         assert f"<!-- BEGIN GENERATED: {name} -->" in text, f"no generated block {name} in the docs"

@@ -2,7 +2,7 @@
 
 A generated block sits between ``<!-- BEGIN GENERATED: name -->`` and ``<!-- END GENERATED: name -->``; its
 renderer is a function ``(*args) -> str`` named in ``RENDERERS`` as ``module:function[:arg]``.
-``python3 -m sgl_diffusion_bench.doc_tables --write`` rewrites the blocks; ``--check`` (run by the tests) fails when
+``python3 -m sgl_diffusion_bench.cli.doc_tables --write`` rewrites the blocks; ``--check`` (run by the tests) fails when
 any block differs from the data.
 """
 
@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
-from .cli.options_reference import entry_points
-from .paths import CHECKOUT_ROOT
+from .options_reference import entry_points
+from ..paths import CHECKOUT_ROOT
 
 RENDERERS = {
     "presets": "sgl_diffusion_bench.presets:render_preset_table",
