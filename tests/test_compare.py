@@ -7,7 +7,7 @@ import re
 import shutil
 
 from conftest import TEST_FIXTURES, run_main
-from sgl_diffusion_bench import perf_compare
+from sgl_diffusion_bench.results import perf_compare
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
 H200 = "sglang-0.5.10-h200"

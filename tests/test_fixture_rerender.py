@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import memory_evidence, perf_dump, report, stats
+from sgl_diffusion_bench import memory_evidence, perf_dump
+from sgl_diffusion_bench.results import report, stats
 from sgl_diffusion_bench.cell import Cell
 
 H200_0523 = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign"

@@ -6,7 +6,8 @@ import subprocess
 import sys
 import time
 
-from sgl_diffusion_bench import engine_process, host_load, report
+from sgl_diffusion_bench import engine_process, host_load
+from sgl_diffusion_bench.results import report
 from sgl_diffusion_bench.cell import Cell
 
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import engine_baselines, inputs, perf_compare, perf_dump, stats
+from sgl_diffusion_bench import engine_baselines, inputs, perf_dump
+from sgl_diffusion_bench.results import perf_compare, stats
 
 LOG = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "log.txt"
 PERF = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "perf.json"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import campaign, report, request_verdicts, stats
+from sgl_diffusion_bench import campaign
+from sgl_diffusion_bench.results import report, request_verdicts, stats
 from sgl_diffusion_bench.cell import Cell
 
 SAMPLE = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"

@@ -8,7 +8,8 @@ import importlib.util
 import pytest
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import advice, perf_dump, stats
+from sgl_diffusion_bench import advice, perf_dump
+from sgl_diffusion_bench.results import stats
 from sgl_diffusion_bench.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_diffusion_bench import sequential, stats, steady_state
+from sgl_diffusion_bench import sequential
+from sgl_diffusion_bench.results import stats, steady_state
 from sgl_diffusion_bench.cell import Cell
 
 PLAN = [("eager", 1, 8431.2), ("bcg", 1, 4216.1), ("bcg", 1, 4214.2), ("eager", 1, 4216.0),

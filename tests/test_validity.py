@@ -13,7 +13,8 @@ from PIL import Image
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, fileio, log_gates,
-                                 log_markers, presets, quality, report, request_path, stats, validity)
+                                 log_markers, presets, quality, request_path, validity)
+from sgl_diffusion_bench.results import report, stats
 from sgl_diffusion_bench.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"

@@ -283,7 +283,8 @@ def test_arms_that_differ_only_in_steps_share_one_engine_start(tmp_path):
 def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
     """Engine flags differ (arm B adds --log-level info), the schedule is alternating blocks: A1 on e1, B1 B2 on e2,
     A2 on a restarted e3; each request writes its own copy of the preset's config file and the report says so."""
-    from sgl_diffusion_bench import bench_runner, campaign, engine_probe, presets, report, tiny_model
+    from sgl_diffusion_bench import bench_runner, campaign, engine_probe, presets, tiny_model
+    from sgl_diffusion_bench.results import report
     from sgl_diffusion_bench.campaign_context import CampaignContext, CampaignSettings, Site
 
     preset = dataclasses.replace(presets.get_preset("tiny-flux-cpu"), config_overrides={"guidance_scale": 3.5})
@@ -355,7 +356,8 @@ def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
 def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable_advice():
     """Issue 24's busy 2-core host: CV ~100 %, budget spent. The old rule said 'no_significant_change' and asked for
     --rounds 13955 (the CLI refuses above 50). Now: insufficient_data, and the advice is to quiet the host."""
-    from sgl_diffusion_bench import advice, sequential, stats
+    from sgl_diffusion_bench import advice, sequential
+    from sgl_diffusion_bench.results import stats
 
     def next_step(rule, final):
         return advice.render(sequential.advice_for(rule, final), advice.BENCH)

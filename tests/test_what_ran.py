@@ -10,7 +10,8 @@ import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_args, engine_probe, presets,
-                                  report, request_setup, run_record)
+                                 request_setup, run_record)
+from sgl_diffusion_bench.results import report
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"
 H10 = TEST_FIXTURES / "gpu-h200-0.5.10"

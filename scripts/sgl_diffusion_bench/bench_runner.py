@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_args, engine_mode,
-               engine_starts, fileio, host_load, manifest_campaign, model_cache, presets, report, request_path,
-               request_setup, request_verdicts, run_claim, run_record, sequential, stats, validity, warm_campaign,
-               work_dirs)
+               engine_starts, fileio, host_load, manifest_campaign, model_cache, presets, request_path, request_setup,
+               run_claim, run_record, sequential, validity, warm_campaign, work_dirs)
+from .results import report, request_verdicts, stats
 from .campaign_context import CampaignContext, Site
 from .cell import Cell, Report
 from .presets import Preset

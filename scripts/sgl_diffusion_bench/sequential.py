@@ -25,7 +25,8 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-from . import advice, contract, stats
+from . import advice, contract
+from .results import stats
 from .cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8

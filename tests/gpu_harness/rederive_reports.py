@@ -27,7 +27,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from sgl_diffusion_bench import contract, report  # noqa: E402
+from sgl_diffusion_bench import contract  # noqa: E402
+from sgl_diffusion_bench.results import report  # noqa: E402
 from sgl_diffusion_bench.cell import Cell  # noqa: E402
 from sgl_diffusion_bench.evidence import verify  # noqa: E402
 

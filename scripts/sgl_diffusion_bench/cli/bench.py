@@ -12,9 +12,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (advice, assets, bench_request, bench_runner, campaign, campaign_context, campaign_session, command_builder,
-               contract, engine_mode, engine_overlap, engine_probe, model_cache, nightly, presets, report, selftest,
-               sequential, tiny_model, warm_campaign, work_dirs)
+from .. import (advice, assets, bench_request, bench_runner, campaign, campaign_context, campaign_session,
+                command_builder, contract, engine_mode, engine_overlap, engine_probe, model_cache, nightly, presets,
+                selftest, sequential, tiny_model, warm_campaign, work_dirs)
+from ..results import report
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes

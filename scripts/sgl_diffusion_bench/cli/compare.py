@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import contract, perf_compare, perf_dump, selftest, stats
+from .. import contract, perf_dump, selftest
+from ..results import perf_compare, stats
 from ..cell import Cell
 from . import _runner
 

@@ -6,7 +6,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from .. import contract, inputs, report, selftest
+from .. import contract, inputs, selftest
+from ..results import report
 from ..cell import Cell
 from . import _runner
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import perf_compare, report
+from ..results import perf_compare, report
 from ..cell import Cell
 
 

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import advice, contract, engine_overlap, perf_compare, report, steady_state
+from .. import advice, contract, engine_overlap
+from ..results import perf_compare, report, steady_state
 from ..cell import Cell
 from . import manifest, plot
 

@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, fileio, output_check, presets, run_judge, sequential, stats, validity
+from .. import contract, fileio, output_check, presets, run_judge, sequential, validity
+from ..results import stats
 from ..cell import Cell
 from . import manifest, render
 

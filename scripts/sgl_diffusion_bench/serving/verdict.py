@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import stats
+from ..results import stats
 from ..campaign import ABBA_POSITIONS
 from ..cell import Cell
 from .metrics import VERDICT_METRICS, block_metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import perf_compare
+from ..results import perf_compare
 
 
 def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:

@@ -8,8 +8,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import engine_overlap, perf_compare, request_verdicts, steady_state
-from .cell import Cell
+from .. import engine_overlap
+from . import perf_compare, request_verdicts, steady_state
+from ..cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
 PLOT_NAME = "bench-report.png"

@@ -1,0 +1,1 @@
+"""results: stats, perf_compare, report, steady_state, request_verdicts."""
