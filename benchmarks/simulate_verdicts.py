@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from sgl_diffusion_bench import sequential  # noqa: E402
 from sgl_diffusion_bench.results import stats  # noqa: E402
-from sgl_diffusion_bench.cell import Cell  # noqa: E402
+from sgl_diffusion_bench.judging.cell import Cell  # noqa: E402
 
 BASE_MS = 4000.0
 ORDER = ("A", "B", "B", "A")

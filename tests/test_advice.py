@@ -12,7 +12,7 @@ import pytest
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import advice, contract, sequential
 from sgl_diffusion_bench.results import report, stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.cli import bench, compare, evidence
 
 FLAG = re.compile(r"(--[a-z][a-z0-9-]*)(?:[ =]([^\s,;:()\-][^\s,;:()]*))?")

@@ -18,7 +18,7 @@ from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, command_builder, contract, engine_probe,
                                   presets, tiny_model)
-from sgl_diffusion_bench.cell import Report
+from sgl_diffusion_bench.judging.cell import Report
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = pytest.mark.engine

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
-from sgl_diffusion_bench import (campaign, campaign_context, contract, engine_probe, fileio, log_gates,
-                                 log_markers, media, presets, request_path, run_record)
+from sgl_diffusion_bench import campaign, campaign_context, contract, engine_probe, fileio, presets, run_record
+from sgl_diffusion_bench.judging import log_gates, log_markers, media, request_path
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 MARKERS = log_markers.markers_for_version("0.5.10.post1")

@@ -14,8 +14,9 @@ from jsonschema import Draft202012Validator
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, host_load, log_gates, log_markers, memory_evidence, output_check, request_path
-from sgl_diffusion_bench.cell import Cell, Report
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import host_load, log_gates, log_markers, memory_evidence, output_check, request_path
+from sgl_diffusion_bench.judging.cell import Cell, Report
 
 REPORTS = sorted(p for p in TEST_FIXTURES.rglob("*.json") if b'"schema": "bench-report.v1"' in p.read_bytes())
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import engine_baselines, engine_scenarios
+from sgl_diffusion_bench import engine_scenarios
+from sgl_diffusion_bench.judging import engine_baselines
 
 CPU_TINY_REPORT = TEST_FIXTURES / "bench-report" / "cpu-tiny-0.5.23.json"  # a real tiny-flux CPU run, 64x64, 2 steps
 H200_CAMPAIGN = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign" / "bench-report.json"  # FLUX.1-dev, 1024, 28 steps

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import log_markers, log_gates, perf_dump
+from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 RECORDED = TEST_FIXTURES / "engine-cpu-0.5.23"

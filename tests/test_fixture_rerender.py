@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import memory_evidence, perf_dump
+from sgl_diffusion_bench.judging import memory_evidence, perf_dump
 from sgl_diffusion_bench.results import report, stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 H200_0523 = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign"
 H200_0510 = TEST_FIXTURES / "gpu-h200-0.5.10"

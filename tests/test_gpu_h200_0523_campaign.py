@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from conftest import HF_TOKEN_LIKE, TEST_FIXTURES, pipeline_stamps
-from sgl_diffusion_bench import contract, engine_args, log_gates, log_markers, perf_dump
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import engine_args, log_gates, log_markers, perf_dump
 
 RUN = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import log_gates, log_markers, perf_dump
+from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
 from sgl_diffusion_bench.trace.analyses.stages import analyze_stages
 from sgl_diffusion_bench.trace.load import load_trace
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import HF_TOKEN_LIKE, TEST_FIXTURES, run_script
-from sgl_diffusion_bench import contract, log_gates, log_markers, perf_dump
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
 
 H200 = TEST_FIXTURES / "gpu-h200-0.5.10"
 TRACE = next(H200.glob("*-full_stages-global-rank0.trace.json.gz"))

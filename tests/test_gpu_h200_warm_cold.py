@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from conftest import HF_TOKEN_LIKE, REPO, TEST_FIXTURES, pipeline_stamps
-from sgl_diffusion_bench import contract, log_gates, log_markers
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import log_gates, log_markers
 
 RUN = TEST_FIXTURES / "gpu-h200-0.5.23" / "warm-vs-cold"
 CAMPAIGN = TEST_FIXTURES / "gpu-h200-0.5.23" / "campaign"

@@ -6,9 +6,10 @@ import subprocess
 import sys
 import time
 
-from sgl_diffusion_bench import engine_process, host_load
+from sgl_diffusion_bench import engine_process
+from sgl_diffusion_bench.judging import host_load
 from sgl_diffusion_bench.results import report
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 
 def _with_spinner(window_s=0.6):

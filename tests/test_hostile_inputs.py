@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import engine_baselines, inputs, perf_dump
+from sgl_diffusion_bench import inputs
+from sgl_diffusion_bench.judging import engine_baselines, perf_dump
 from sgl_diffusion_bench.results import perf_compare, stats
 
 LOG = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "log.txt"

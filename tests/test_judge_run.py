@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import log_gates, log_markers, request_path, run_judge
+from sgl_diffusion_bench.judging import log_gates, log_markers, request_path, run_judge
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
 VERSION = "0.5.10.post1"

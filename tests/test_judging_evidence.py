@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import (host_load, log_gates, log_markers, memory_evidence, output_check, request_path,
-                                 run_judge)
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging import (host_load, log_gates, log_markers, memory_evidence, output_check, request_path,
+                                         run_judge)
+from sgl_diffusion_bench.judging.cell import Cell
 
 CPU_0510 = TEST_FIXTURES / "engine-cpu-0.5.10"
 CPU_0523 = TEST_FIXTURES / "engine-cpu-0.5.23"

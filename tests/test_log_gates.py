@@ -13,7 +13,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import contract, datafile, log_gates, log_markers
+from sgl_diffusion_bench import contract, datafile
+from sgl_diffusion_bench.judging import log_gates, log_markers
 
 H200 = TEST_FIXTURES / "sglang-0.5.10-h200"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"

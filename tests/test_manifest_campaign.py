@@ -14,7 +14,7 @@ import pytest
 from conftest import SCRIPTS, run_script
 from sgl_diffusion_bench import campaign
 from sgl_diffusion_bench.results import report, request_verdicts, stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 SAMPLE = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
 LINES = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
@@ -190,7 +190,7 @@ def _cells(changes: dict[int, float], differ: int | None = None) -> list[Cell]:
 
 
 def _summary(cells: list[Cell]) -> dict:
-    from sgl_diffusion_bench import quality, validity
+    from sgl_diffusion_bench.judging import quality, validity
 
     arms = {"a": {"quality": "exact"}, "b": {"quality": "exact"}}
     output_quality = validity.apply_output_checks(cells, arms, "a", ["exact", "lossless", "high"])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench.results import perf_compare, report, stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.evidence import manifest, render
 from sgl_diffusion_bench.serving import verdict as serving_verdict
 from sgl_diffusion_bench.sweep import merge, merge_render

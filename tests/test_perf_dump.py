@@ -8,7 +8,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, perf_dump
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import perf_dump
 
 H200 = "sglang-0.5.10-h200"
 SEED = TEST_FIXTURES / "seed-pr-38591"

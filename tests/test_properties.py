@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import TEST_FIXTURES, run_main
-from sgl_diffusion_bench import contract, engine_baselines, perf_dump
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import engine_baselines, perf_dump
 
 DEADLINE = datetime.timedelta(seconds=20)  # a hang is minutes; a busy 2-core host is a few seconds
 PROPERTIES = settings(max_examples=50, deadline=DEADLINE, derandomize=True, database=None,

@@ -14,8 +14,9 @@ from jsonschema import Draft202012Validator
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, fileio, quality
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench import contract, fileio
+from sgl_diffusion_bench.judging import quality
+from sgl_diffusion_bench.judging.cell import Cell
 
 PNG = "sglang-0.5.10-h200/tiny_plain/out.png"
 

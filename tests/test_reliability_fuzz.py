@@ -232,7 +232,7 @@ def test_parse_json_refuses_with_an_input_error_only(text):
 @FUZZ
 @given(document=JSON_VALUES)
 def test_perf_dump_parser_raises_only_its_own_error(document):
-    from sgl_diffusion_bench import perf_dump
+    from sgl_diffusion_bench.judging import perf_dump
 
     CASES["parsers"] += 1
     with contextlib.suppress(perf_dump.PerfDumpError):

@@ -10,9 +10,10 @@ import numpy as np
 from PIL import Image
 
 from conftest import TEST_FIXTURES, run_main
-from sgl_diffusion_bench import contract, quality
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.judging import quality
 from sgl_diffusion_bench.results import report, stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sgl_diffusion_bench import (command_builder, contract, engine_probe, engine_process, gpu, log_markers, presets,
-                                 request_setup)
+from sgl_diffusion_bench import command_builder, contract, engine_probe, engine_process, gpu, presets, request_setup
+from sgl_diffusion_bench.judging import log_markers
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 RECENT = engine_probe.recent_engine_capabilities()

@@ -8,9 +8,10 @@ import importlib.util
 import pytest
 
 from conftest import REPO, TEST_FIXTURES
-from sgl_diffusion_bench import advice, perf_dump
+from sgl_diffusion_bench import advice
+from sgl_diffusion_bench.judging import perf_dump
 from sgl_diffusion_bench.results import stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
 ROWS = [(1, "A1", "eager"), (1, "B1", "bcg"), (1, "B2", "bcg"), (1, "A2", "eager"),

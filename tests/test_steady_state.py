@@ -9,7 +9,7 @@ import pytest
 
 from sgl_diffusion_bench import sequential
 from sgl_diffusion_bench.results import stats, steady_state
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 PLAN = [("eager", 1, 8431.2), ("bcg", 1, 4216.1), ("bcg", 1, 4214.2), ("eager", 1, 4216.0),
         ("eager", 2, 4214.0), ("bcg", 2, 4206.0), ("bcg", 2, 4205.0), ("eager", 2, 4213.0)]

@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, fileio, log_gates,
-                                 log_markers, presets, quality, request_path, validity)
+from sgl_diffusion_bench import bench_runner, campaign, campaign_context, contract, engine_probe, fileio, presets
+from sgl_diffusion_bench.judging import log_gates, log_markers, quality, request_path, validity
 from sgl_diffusion_bench.results import report, stats
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 
 EXAMPLE = TEST_FIXTURES / "bench-report" / "example.json"
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"

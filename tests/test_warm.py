@@ -16,7 +16,7 @@ import pytest
 
 from conftest import SCRIPTS, run_script
 from sgl_diffusion_bench import engine_overlap, engine_starts, warm_grouping
-from sgl_diffusion_bench.cell import Cell
+from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.cli import _runner
 
 BASE = ["--backend=sglang", "--model-path=/m/tiny-FLUX.1-dev", "--prompt=a cat", "--seed=42", "--width=64",
@@ -83,7 +83,7 @@ def test_a_config_file_splits_into_engine_keys_and_request_keys():
 def test_a_warm_request_is_gated_at_the_level_it_runs_not_the_arms_label():
     """A BCG request on 0.5.23 whose arm carries no quality label still runs at the pinned default (lossless),
     where a fusion mounted after capture invalidates it: the gate must know the level."""
-    from sgl_diffusion_bench import engine_args, log_markers
+    from sgl_diffusion_bench.judging import engine_args, log_markers
 
     markers = log_markers.markers_for_version("0.5.23")
     argv = [*_request(1), "--enable-breakable-cuda-graph"]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_args, engine_probe, presets,
+from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, presets,
                                  request_setup, run_record)
+from sgl_diffusion_bench.judging import engine_args
 from sgl_diffusion_bench.results import report
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"

@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import (argv_tokens, campaign_context, command_builder, contract, engine_args, engine_process, fileio, gpu,
-               log_gates, log_markers, request_setup, warm_engine)
+from . import (argv_tokens, campaign_context, command_builder, contract, engine_process, fileio, gpu, request_setup,
+               warm_engine)
+from .judging import engine_args, log_gates, log_markers
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_args, engine_mode,
-               engine_starts, fileio, host_load, manifest_campaign, model_cache, presets, request_path, request_setup,
-               run_claim, run_record, sequential, validity, warm_campaign, work_dirs)
+from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_mode, engine_starts,
+               fileio, manifest_campaign, model_cache, presets, request_setup, run_claim, run_record, sequential,
+               warm_campaign, work_dirs)
+from .judging import engine_args, host_load, request_path, validity
 from .results import report, request_verdicts, stats
 from .campaign_context import CampaignContext, Site
-from .cell import Cell, Report
+from .judging.cell import Cell, Report
 from .presets import Preset
 from .progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
 

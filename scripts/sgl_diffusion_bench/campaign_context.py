@@ -14,7 +14,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import campaign as campaign_mod, contract, engine_process, log_markers, model_cache, request_setup, sequential
+from . import campaign as campaign_mod, contract, engine_process, model_cache, request_setup, sequential
+from .judging import log_markers
 from .engine_probe import EngineCapabilities
 from .presets import Preset
 

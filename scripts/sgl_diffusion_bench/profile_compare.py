@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import contract, fileio, host_load, inputs
+from . import contract, fileio, inputs
+from .judging import host_load
 from .trace.analyses.compare import compare_traces
 from .trace.model import Trace
 from .trace.render import render_compare_markdown

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import (assets, campaign_context, command_builder, contract, engine_process, fileio, gpu, log_markers,
-               presets, request_path, request_setup, tiny_model, work_dirs)
-from .cell import Cell
+from . import (assets, campaign_context, command_builder, contract, engine_process, fileio, gpu, presets, request_setup,
+               tiny_model, work_dirs)
+from .judging import log_markers, request_path
+from .judging.cell import Cell
 from .engine_probe import EngineCapabilities
 from . import profile_compare
 

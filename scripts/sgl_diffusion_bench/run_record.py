@@ -8,10 +8,11 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping, Sequence
 
-from . import contract, engine_args, hf_settings
+from . import contract, hf_settings
+from .judging import engine_args
 from .campaign import Campaign
 from .campaign_context import CampaignContext
-from .cell import Cell
+from .judging.cell import Cell
 from .command_builder import Invocation
 from .engine_starts import EngineStart
 from .model_cache import PreparedCache

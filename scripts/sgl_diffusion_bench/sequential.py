@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from . import advice, contract
 from .results import stats
-from .cell import Cell
+from .judging.cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8
 DEFAULT_OVERALL_CONFIDENCE = 0.99

@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import (command_builder, contract, engine_args, engine_overlap, host_load, log_gates, model_cache,
-               output_check, probe_interpreter, progress, request_path, request_setup, warm_engine, warm_grouping)
+from . import (command_builder, contract, engine_overlap, model_cache, probe_interpreter, progress, request_setup,
+               warm_engine, warm_grouping)
+from .judging import engine_args, host_load, log_gates, output_check, request_path
 from .campaign_context import CampaignContext
-from .cell import Cell
+from .judging.cell import Cell
 from .cpu_adapter import sgl_cpu_adapter
 from .engine_starts import EngineStart, engines_block
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from sgl_diffusion_bench import contract  # noqa: E402
 from sgl_diffusion_bench.results import report  # noqa: E402
-from sgl_diffusion_bench.cell import Cell  # noqa: E402
+from sgl_diffusion_bench.judging.cell import Cell  # noqa: E402
 from sgl_diffusion_bench.evidence import verify  # noqa: E402
 
 

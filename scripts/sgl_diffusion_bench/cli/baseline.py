@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import baseline_check, engine_baselines, perf_dump, selftest
+from .. import selftest
+from ..judging import baseline_check, engine_baselines, perf_dump
 from . import _runner
 
 TOOL = "compare_engine_baseline"

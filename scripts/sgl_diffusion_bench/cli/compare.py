@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from .. import contract, perf_dump, selftest
+from .. import contract, selftest
+from ..judging import perf_dump
 from ..results import perf_compare, stats
-from ..cell import Cell
+from ..judging.cell import Cell
 from . import _runner
 
 TOOL = "compare_perf"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import contract, engine_probe, media, output_check, presets, run_judge, selftest
+from .. import contract, engine_probe, presets, selftest
+from ..judging import media, output_check, run_judge
 from . import _runner
 
 TOOL = "judge_run"

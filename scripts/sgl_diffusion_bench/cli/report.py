@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import contract, inputs, selftest
 from ..results import report
-from ..cell import Cell
+from ..judging.cell import Cell
 from . import _runner
 
 TOOL = "render_bench_report"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..results import perf_compare, report
-from ..cell import Cell
+from ..judging.cell import Cell
 
 
 def title(camp: Mapping[str, Any]) -> str:

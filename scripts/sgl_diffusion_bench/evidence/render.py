@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from .. import advice, contract, engine_overlap
 from ..results import perf_compare, report, steady_state
-from ..cell import Cell
+from ..judging.cell import Cell
 from . import manifest, plot
 
 MARKDOWN_NAME = "EVIDENCE.md"

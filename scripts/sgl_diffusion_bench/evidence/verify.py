@@ -11,9 +11,10 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, fileio, output_check, presets, run_judge, sequential, validity
+from .. import contract, fileio, presets, sequential
+from ..judging import output_check, run_judge, validity
 from ..results import stats
-from ..cell import Cell
+from ..judging.cell import Cell
 from . import manifest, render
 
 COMPARED_FIGURES = ("baseline_mean", "candidate_mean", "change_pct", "ci_low_pct", "ci_high_pct", "interval_reason",

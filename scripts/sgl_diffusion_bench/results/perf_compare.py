@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import advice, perf_dump
+from .. import advice
+from ..judging import perf_dump
 from . import stats
-from ..cell import Cell
+from ..judging.cell import Cell
 
 # Single-sample markers, as upstream compare_perf.py: e2e +-2 %; a stage moves when it changes by more than both
 # 10 % and 120 ms. They are indicative only: one dump per side carries no noise estimate.

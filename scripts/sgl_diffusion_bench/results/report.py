@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from .. import engine_overlap
 from . import perf_compare, request_verdicts, steady_state
-from ..cell import Cell
+from ..judging.cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
 PLOT_NAME = "bench-report.png"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import validity
+from ..judging import validity
 from . import stats
-from ..cell import Cell
+from ..judging.cell import Cell
 
 OUTCOMES = (("improved", "faster"), ("regressed", "slower"), ("no_significant_change", "no clear change"))
 NO_VERDICT = "no verdict"  # insufficient data, or outputs that differ

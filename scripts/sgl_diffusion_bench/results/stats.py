@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import advice, contract, inputs
 from . import steady_state
-from ..cell import Cell
+from ..judging.cell import Cell
 
 DEFAULT_THRESHOLD_PCT = 1.5
 DEFAULT_RESAMPLES = 10_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..cell import Cell
+from ..judging.cell import Cell
 
 RULE = ("statistics and verdict over the steady state: every valid cell except the first measured request of each "
         "warm engine that served another valid measured request of the same arm; those first requests are reported "

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from ..results import stats
 from ..campaign import ABBA_POSITIONS
-from ..cell import Cell
+from ..judging.cell import Cell
 from .metrics import VERDICT_METRICS, block_metrics
 
 FLIPPED = {"improved": "regressed", "regressed": "improved"}

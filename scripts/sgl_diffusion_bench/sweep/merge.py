@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import baseline_check, work_dirs
+from .. import work_dirs
+from ..judging import baseline_check
 from . import driver, plan as sweep_plan, state as sweep_state
 
 

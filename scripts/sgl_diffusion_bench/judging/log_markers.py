@@ -21,7 +21,7 @@ try:
 except ImportError:  # Python 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-from . import contract, datafile, paths
+from .. import contract, datafile, paths
 
 SCHEMA_ID = "log-markers.v1"
 MARKERS_PATH = paths.DATA_DIR / "log_markers.yaml"

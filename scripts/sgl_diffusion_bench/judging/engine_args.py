@@ -13,7 +13,8 @@ import json
 import re
 from typing import Any, Iterable, Sequence
 
-from . import argv_tokens, log_gates, log_markers
+from .. import argv_tokens
+from . import log_gates, log_markers
 
 BCG_FLAG = "--enable-breakable-cuda-graph"
 # server_args keys a reader of a benchmark needs to know were in effect (the full line holds ~150 keys).

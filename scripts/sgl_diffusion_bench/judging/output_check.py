@@ -13,7 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import argv_tokens, media
+from .. import argv_tokens
+from . import media
 
 DECODED_KINDS = ("image", "video")
 

@@ -13,8 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from . import inputs, log_gates, log_markers, media, memory_evidence, output_check, request_path
-from .warm_driver import MARKER as WARM_MARKER
+from .. import inputs
+from . import log_gates, log_markers, media, memory_evidence, output_check, request_path
+from ..warm_driver import MARKER as WARM_MARKER
 
 INTENTS = ("measure", "profile")
 PROFILE_NOTE = ("timed under the engine's profiler: its timings are distorted by the profiler's own overhead and "

@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import contract, inputs
+from .. import contract, inputs
 
 BASELINE_DIR = Path("multimodal_gen/test/server/perf_baselines")
 CHECKER_SOURCE = Path("multimodal_gen/test/server/test_server_utils.py")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from . import contract, engine_baselines, engine_probe, engine_scenarios, inputs, perf_dump
+from .. import contract, engine_probe, engine_scenarios, inputs
+from . import engine_baselines, perf_dump
 from .cell import Cell
 
 # A sweep shard's comparison: the engine's verdicts, and why there was none.

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from . import contract
+from .. import contract
 from .cell import Cell
 
 if TYPE_CHECKING:  # numpy is imported where frames are read, so a run that scores nothing never loads it

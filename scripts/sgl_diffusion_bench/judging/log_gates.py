@@ -20,7 +20,7 @@ import dataclasses
 import re
 from typing import Any
 
-from . import contract
+from .. import contract
 from .log_markers import Marker, MarkerSet, required_literal
 
 # ANSI colour and cursor codes (the engine colours numbers and paths; tqdm moves the cursor and hides it with private

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Mapping
 
 import msgspec
 
-from . import contract, inputs
+from .. import contract, inputs
 
 SCHEMA_ID = "perf-dump.v1"
 MEMORY_KINDS = ("device", "process_rss")
