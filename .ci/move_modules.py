@@ -1,14 +1,15 @@
 """Move top-level modules of the package into a room (a subpackage) and rewrite every reference to them.
 
-    python3 .ci/move_modules.py ROOM MODULE [MODULE ...]      # e.g. results stats report
+    python3 .ci/move_modules.py ROOM MODULE[=NEW_NAME] [...]   # e.g. results stats report; campaign campaign=design
 
 What it does, in order, so it can be re-run after a partial move (a module already in ROOM is left where it is):
-1. ``git mv`` each ``scripts/sgl_diffusion_bench/MODULE.py`` to ``ROOM/MODULE.py`` (creating ``ROOM/__init__.py``);
-2. rewrites every ``from ... import ...`` statement in the package, tests, benchmarks and .ci that names a moved
+1. ``git mv`` each ``scripts/sgl_diffusion_bench/MODULE.py`` to ``ROOM/NEW_NAME.py`` (NEW_NAME defaults to MODULE;
+   a module named like its room must be renamed), creating ``ROOM/__init__.py``;
+2. replaces ``sgl_diffusion_bench.MODULE`` and ``sgl_diffusion_bench/MODULE.py`` in every text file of the
+   repository (monkeypatch targets, ``-m`` names, docs, absolute imports of names from the module);
+3. rewrites every ``from ... import ...`` statement in the package, tests, benchmarks and .ci that names a moved
    module (or is inside one), resolving relative imports first and writing them back relative inside the package,
-   absolute outside it, aliases kept;
-3. replaces ``sgl_diffusion_bench.MODULE`` and ``sgl_diffusion_bench/MODULE.py`` in every text file of the
-   repository (monkeypatch targets, ``-m`` names, docs).
+   absolute outside it, aliases kept (a renamed module is bound to its old name: ``design as campaign``).
 The package-order table (data/package_order.yaml) is edited by hand: a move adds its room's row in the same commit.
 """
 
@@ -26,6 +27,8 @@ PACKAGE_DIR = REPO / "scripts" / PACKAGE
 CODE_DIRS = ("scripts", "tests", "benchmarks", ".ci")
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".toml", ".json", ".txt", ""}
 LINE_LIMIT = 120
+STRING_IMPORT = re.compile(rf"^(?P<indent>\s*)from (?P<source>{PACKAGE}(?:\.\w+)*) import (?P<names>\w+(?:, \w+)*)"
+                           r"(?P<trail>\s*(?:#.*)?)$")
 
 
 def module_of(path: Path) -> str | None:
@@ -108,8 +111,11 @@ def rewrite_imports(path: Path, moved: dict[str, str], old_package: str | None) 
             full = f"{source}.{alias.name}"
             if full in moved:  # from package import module
                 parent, name = moved[full].rsplit(".", 1)
-                groups.setdefault(parent, []).append(name + (f" as {alias.asname}" if alias.asname else ""))
+                bound = alias.asname or (alias.name if name != alias.name else None)
+                groups.setdefault(parent, []).append(name + (f" as {bound}" if bound else ""))
                 changed = changed or parent != source
+            elif full in moved.values():  # a module already in its room (a re-run)
+                groups.setdefault(source, []).append(spelled)
             elif source in moved:  # from module import name
                 groups.setdefault(moved[source], []).append(spelled)
                 changed = True
@@ -127,6 +133,21 @@ def rewrite_imports(path: Path, moved: dict[str, str], old_package: str | None) 
                                           sorted(names, key=str.lower), indent).split("\n")
             rendered += [first_line + trailing, *rest]
         edits.append((node.lineno - 1, node.end_lineno, "\n".join(rendered)))
+    covered = {i for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+               for i in range(node.lineno - 1, node.end_lineno)}
+    for i, line in enumerate(lines):  # import lines inside strings (code a test runs with ``python -c``)
+        match = STRING_IMPORT.match(line)
+        if i in covered or not match or match["source"] not in (PACKAGE, *moved):
+            continue
+        groups = {}
+        for name in (n.strip() for n in match["names"].split(",")):
+            full = f"{match['source']}.{name}"
+            target = moved[full].rsplit(".", 1) if full in moved else (match["source"], name) if (
+                full in moved.values()) else (
+                (moved[match["source"]], name) if match["source"] in moved else (match["source"], name))
+            groups.setdefault(target[0], []).append(target[1])
+        edits.append((i, i + 1, "; ".join(f"from {src} import {', '.join(names)}" for src, names in groups.items())
+                      .join((match["indent"], match["trail"]))))
     for start, end, replacement in sorted(edits, reverse=True):
         lines[start:end] = replacement.split("\n")
     if not edits:
@@ -151,33 +172,39 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    room, modules = argv[0], argv[1:]
+    room, specs = argv[0], argv[1:]
+    renames = dict(spec.split("=", 1) if "=" in spec else (spec, spec) for spec in specs)
+    modules = list(renames)
     room_dir = PACKAGE_DIR / room
-    moved, old_packages = {}, {}
+    moved, old_packages, moving_now = {}, {}, set()
     room_dir.mkdir(exist_ok=True)
     init = room_dir / "__init__.py"
     if not init.exists():
         init.write_text(f'"""{room}: {", ".join(modules)}."""\n', encoding="utf-8")
         subprocess.run(["git", "add", str(init)], cwd=REPO, check=True)
-    for name in modules:
-        old, new = PACKAGE_DIR / f"{name}.py", room_dir / f"{name}.py"
-        moved[f"{PACKAGE}.{name}"] = f"{PACKAGE}.{room.replace('/', '.')}.{name}"
+    room_package = f"{PACKAGE}.{room.replace('/', '.')}"
+    for name in sorted(modules, key=lambda n: f"{PACKAGE}.{n}" != room_package):  # the room's namesake first
+        old, new = PACKAGE_DIR / f"{name}.py", room_dir / f"{renames[name]}.py"
+        moved[f"{PACKAGE}.{name}"] = f"{room_package}.{renames[name]}"
         if old.exists():
             subprocess.run(["git", "mv", str(old), str(new)], cwd=REPO, check=True)
+            moving_now.add(f"{PACKAGE}.{name}")
         if not _rewritten(new):  # written as a top-level module still (a re-run after a partial move included)
             old_packages[new.resolve()] = PACKAGE
     for path in text_files():
-        if path.suffix == ".py" and path.parts[len(REPO.parts)] in CODE_DIRS:
-            rewrite_imports(path, moved, old_packages.get(path.resolve(), package_of(path)))
         text = path.read_text(encoding="utf-8")
         fresh = text
         for old, new in moved.items():
+            if old not in moving_now:  # moved by an earlier run: its old name may be a room's now
+                continue
             fresh = re.sub(re.escape(old) + r"\b(?![./\w])", new, fresh)
             fresh = re.sub(re.escape(old) + r"(?=\.[A-Za-z_])(?!\.py\b)", new, fresh)
             old_file = old.replace(".", "/") + ".py"
             fresh = fresh.replace(old_file, new.replace(".", "/") + ".py")
         if fresh != text:
             path.write_text(fresh, encoding="utf-8")
+        if path.suffix == ".py" and path.parts[len(REPO.parts)] in CODE_DIRS:
+            rewrite_imports(path, moved, old_packages.get(path.resolve(), package_of(path)))
     return 0
 
 

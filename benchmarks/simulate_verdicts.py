@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from sgl_diffusion_bench import sequential  # noqa: E402
+from sgl_diffusion_bench.campaign import sequential  # noqa: E402
 from sgl_diffusion_bench.results import stats  # noqa: E402
 from sgl_diffusion_bench.judging.cell import Cell  # noqa: E402
 

@@ -10,7 +10,8 @@ import re
 import pytest
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import advice, contract, sequential
+from sgl_diffusion_bench import advice, contract
+from sgl_diffusion_bench.campaign import sequential
 from sgl_diffusion_bench.results import report, stats
 from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.cli import bench, compare, evidence

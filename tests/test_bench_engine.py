@@ -16,8 +16,8 @@ from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, command_builder, contract, engine_probe,
-                                  presets, tiny_model)
+from sgl_diffusion_bench import command_builder, contract, engine_probe, presets, tiny_model
+from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
 from sgl_diffusion_bench.judging.cell import Report
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
@@ -65,7 +65,7 @@ def _runner(tmp_path: Path, label: str, model_path: Path, extra_args=(), caller_
     caps = engine_probe.probe_engine().capabilities
     settings = campaign_context.CampaignSettings(label=label, output_root=tmp_path, extra_args=tuple(extra_args),
                                                  engine_mode="cold")  # these watch one engine process start to exit
-    ctx = campaign_context.CampaignContext.build(preset, campaign.plan("single"), settings, caps,
+    ctx = campaign_context.CampaignContext.build(preset, design.plan("single"), settings, caps,
                                                  model_path=str(model_path), caller_env=caller_env,
                                                  site=campaign_context.Site(use_cpu_adapter=True))
     return bench_runner.CampaignRunner(ctx, asset_filenames={})

@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
-from sgl_diffusion_bench import campaign, campaign_context, contract, engine_probe, fileio, presets, run_record
+from sgl_diffusion_bench import contract, engine_probe, fileio, presets
+from sgl_diffusion_bench.campaign import campaign_context, design, run_record
 from sgl_diffusion_bench.judging import log_gates, log_markers, media, request_path
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
@@ -17,7 +18,7 @@ MARKERS = log_markers.markers_for_version("0.5.10.post1")
 
 
 def test_abba_rounds_follow_the_seed_pr_order():
-    plan = campaign.plan("abba", rounds=2)
+    plan = design.plan("abba", rounds=2)
     assert [(s.round, s.position, s.arm) for s in plan.slots] == [
         (1, "A1", "eager"), (1, "B1", "bcg"), (1, "B2", "bcg"), (1, "A2", "eager"),
         (2, "A1", "eager"), (2, "B1", "bcg"), (2, "B2", "bcg"), (2, "A2", "eager")]
@@ -26,20 +27,20 @@ def test_abba_rounds_follow_the_seed_pr_order():
 
 
 def test_aa_and_ab_and_matrix_plans():
-    aa = campaign.plan("aa", rounds=2, quality="lossless")
+    aa = design.plan("aa", rounds=2, quality="lossless")
     same = lambda arm: {k: v for k, v in arm.to_json().items() if k not in ("letter", "description")}  # noqa: E731
     assert len(aa.slots) == 8 and same(aa.arms["a"]) == same(aa.arms["a-again"])
-    ab = campaign.plan("ab", rounds=1, arm_b_args=["--attention-backend", "fa"])
+    ab = design.plan("ab", rounds=1, arm_b_args=["--attention-backend", "fa"])
     assert ab.arms["b"].extra_args == ("--attention-backend", "fa") and ab.arms["a"].extra_args == ()
-    matrix = campaign.plan("matrix", rounds=1, engine_qualities=("lossless", "extra-high", "high"))
+    matrix = design.plan("matrix", rounds=1, engine_qualities=("lossless", "extra-high", "high"))
     assert len(matrix.slots) == 12 and [s.arm for s in matrix.slots[:4]] == [
         "eager-lossless", "bcg-lossless", "bcg-lossless", "eager-lossless"]
     with pytest.raises(contract.PreconditionError):
-        campaign.plan("matrix", engine_qualities=None)  # 0.5.10.post1: no quality levels
+        design.plan("matrix", engine_qualities=None)  # 0.5.10.post1: no quality levels
     with pytest.raises(contract.UsageError):
-        campaign.plan("ab")
+        design.plan("ab")
     with pytest.raises(contract.UsageError):
-        campaign.plan("aa", arm_b_args=["--x"])
+        design.plan("aa", arm_b_args=["--x"])
 
 
 def _verdict(scenario: str, **kw) -> log_gates.GateVerdict:

@@ -8,14 +8,15 @@ import json
 import time
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import bench_runner, campaign, contract, engine_probe, presets, sequential
-from sgl_diffusion_bench.campaign_context import CampaignContext, CampaignSettings
+from sgl_diffusion_bench import contract, engine_probe, presets
+from sgl_diffusion_bench.campaign import bench_runner, design, sequential
+from sgl_diffusion_bench.campaign.campaign_context import CampaignContext, CampaignSettings
 
 
 def _runner(tmp_path, time_budget_s):
     settings = CampaignSettings(label="budget", output_root=tmp_path, time_budget_s=time_budget_s,
                                 stopping=sequential.StoppingRule(1.5, 4))
-    ctx = CampaignContext.build(presets.get_preset("tiny-flux-cpu"), campaign.plan("abba", rounds=4), settings,
+    ctx = CampaignContext.build(presets.get_preset("tiny-flux-cpu"), design.plan("abba", rounds=4), settings,
                                 engine_probe.recent_engine_capabilities(), model_path=str(tmp_path / "model"))
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     recorded = json.loads((TEST_FIXTURES / "bench-report" / "example.json").read_text())["cells"]

@@ -172,7 +172,8 @@ def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_h
 def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
     """On the H200 (offline, FLUX.1-dev given as --model-path) readiness refused the model as 'not cached': the
     directory is the model; one without model_index.json is not ready, and the hub is not asked either way."""
-    from sgl_diffusion_bench import engine_probe, presets, readiness
+    from sgl_diffusion_bench import engine_probe, presets
+    from sgl_diffusion_bench.campaign import readiness
 
     preset = presets.get_preset("flux-1gpu")
     caps = engine_probe.recent_engine_capabilities()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import campaign
+from sgl_diffusion_bench.campaign import design
 from sgl_diffusion_bench.results import report, request_verdicts, stats
 from sgl_diffusion_bench.judging.cell import Cell
 
@@ -165,7 +165,7 @@ def test_the_plan_orders_requests_within_each_position():
     from sgl_diffusion_bench import request_manifest
 
     specs = tuple(request_manifest.RequestSpec(f"r{n}", "p", 64, 64, {}) for n in range(3))
-    plan = campaign.plan("abba", rounds=1, samples=2, manifest=request_manifest.Manifest(SAMPLE, "0" * 64, specs))
+    plan = design.plan("abba", rounds=1, samples=2, manifest=request_manifest.Manifest(SAMPLE, "0" * 64, specs))
     assert [(s.position, s.request, s.sample) for s in plan.slots[:7]] == [
         ("A1", 0, 1), ("A1", 0, 2), ("A1", 1, 1), ("A1", 1, 2), ("A1", 2, 1), ("A1", 2, 2), ("B1", 0, 1)]
     assert [s.index for s in plan.slots] == list(range(24)) and len(plan.to_json()["order"]) == 4

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_diffusion_bench import sequential
+from sgl_diffusion_bench.campaign import sequential
 from sgl_diffusion_bench.results import stats, steady_state
 from sgl_diffusion_bench.judging.cell import Cell
 

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import bench_runner, campaign, campaign_context, contract, engine_probe, fileio, presets
+from sgl_diffusion_bench import contract, engine_probe, fileio, presets
+from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
 from sgl_diffusion_bench.judging import log_gates, log_markers, quality, request_path, validity
 from sgl_diffusion_bench.results import report, stats
 from sgl_diffusion_bench.judging.cell import Cell
@@ -189,7 +190,7 @@ def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
     preset = presets.get_preset("tiny-flux-cpu")
     caps = engine_probe.recent_engine_capabilities()
     settings = campaign_context.CampaignSettings(label="identity", output_root=tmp_path, primary_metric="denoise_ms")
-    ctx = campaign_context.CampaignContext.build(preset, campaign.plan("abba", rounds=2), settings, caps,
+    ctx = campaign_context.CampaignContext.build(preset, design.plan("abba", rounds=2), settings, caps,
                                                  model_path=str(tmp_path / "model"))
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     recorded = example()["cells"]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import engine_overlap, engine_starts, warm_grouping
+from sgl_diffusion_bench import engine_overlap
+from sgl_diffusion_bench.campaign import engine_starts, warm_grouping
 from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.cli import _runner
 
@@ -283,14 +284,15 @@ def test_arms_that_differ_only_in_steps_share_one_engine_start(tmp_path):
 def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
     """Engine flags differ (arm B adds --log-level info), the schedule is alternating blocks: A1 on e1, B1 B2 on e2,
     A2 on a restarted e3; each request writes its own copy of the preset's config file and the report says so."""
-    from sgl_diffusion_bench import bench_runner, campaign, engine_probe, presets, tiny_model
+    from sgl_diffusion_bench import engine_probe, presets, tiny_model
+    from sgl_diffusion_bench.campaign import bench_runner, design
     from sgl_diffusion_bench.results import report
-    from sgl_diffusion_bench.campaign_context import CampaignContext, CampaignSettings, Site
+    from sgl_diffusion_bench.campaign.campaign_context import CampaignContext, CampaignSettings, Site
 
     preset = dataclasses.replace(presets.get_preset("tiny-flux-cpu"), config_overrides={"guidance_scale": 3.5})
     settings = CampaignSettings(label="blocks", output_root=tmp_path, engine_mode="warm",
                                 warm_schedule="alternating_blocks")
-    ctx = CampaignContext.build(preset, campaign.plan("ab", rounds=1, arm_b_args=["--log-level", "info"]), settings,
+    ctx = CampaignContext.build(preset, design.plan("ab", rounds=1, arm_b_args=["--log-level", "info"]), settings,
                                 engine_probe.probe_engine().capabilities, model_path=str(tiny_model.ensure_tiny_flux()),
                                 site=Site(use_cpu_adapter=True))
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
@@ -310,9 +312,9 @@ def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
 # -- samples and the sequential rule ------------------------------------------------------------------------------
 
 def test_samples_repeat_each_slot_with_distinct_files(tmp_path):
-    from sgl_diffusion_bench import campaign
+    from sgl_diffusion_bench.campaign import design
 
-    plan = campaign.plan("abba", rounds=1, samples=3)
+    plan = design.plan("abba", rounds=1, samples=3)
     assert [(s.position, s.sample) for s in plan.slots[:4]] == [("A1", 1), ("A1", 2), ("A1", 3), ("B1", 1)]
     assert len(plan.slots) == 12 and len(plan.to_json()["order"]) == 4
     run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "1",
@@ -332,7 +334,7 @@ def _round_cells(changes_pct, noise=(0.0, 0.0)):
 
 
 def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
-    from sgl_diffusion_bench import sequential
+    from sgl_diffusion_bench.campaign import sequential
 
     assert sequential.t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
     assert sequential.t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
@@ -356,7 +358,8 @@ def test_the_sequential_rule_stops_on_a_clear_change_and_on_equivalence_only():
 def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable_advice():
     """Issue 24's busy 2-core host: CV ~100 %, budget spent. The old rule said 'no_significant_change' and asked for
     --rounds 13955 (the CLI refuses above 50). Now: insufficient_data, and the advice is to quiet the host."""
-    from sgl_diffusion_bench import advice, sequential
+    from sgl_diffusion_bench import advice
+    from sgl_diffusion_bench.campaign import sequential
     from sgl_diffusion_bench.results import stats
 
     def next_step(rule, final):
@@ -423,7 +426,8 @@ def test_a_refused_run_imports_no_torch_and_builds_nothing(args, exit_code, code
 
 
 def test_the_replay_script_changes_one_thing_at_a_time_and_ends_uncaptured():
-    from sgl_diffusion_bench import bcg_replay, presets
+    from sgl_diffusion_bench import presets
+    from sgl_diffusion_bench.campaign import bcg_replay
 
     preset = presets.get_preset("tiny-flux-cpu")
     steps = bcg_replay.script(preset)
@@ -455,7 +459,8 @@ def test_the_replay_sequence_on_the_real_engine_without_bcg(tmp_path):
 # -- which engine mode runs ----------------------------------------------------------------------------------------
 
 def test_warm_is_the_default_runs_cold_where_it_cannot_and_is_refused_there_when_asked():
-    from sgl_diffusion_bench import contract, engine_mode, engine_probe
+    from sgl_diffusion_bench import contract, engine_probe
+    from sgl_diffusion_bench.campaign import engine_mode
 
     recent = engine_probe.recent_engine_capabilities()
     plain, profiled = [_request(1)], [[*_request(1), "--profile"], _request(2)]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import (bench_runner, campaign, campaign_context, contract, engine_probe, presets,
-                                 request_setup, run_record)
+from sgl_diffusion_bench import contract, engine_probe, presets
+from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design, request_setup, run_record
 from sgl_diffusion_bench.judging import engine_args
 from sgl_diffusion_bench.results import report
 
@@ -61,7 +61,7 @@ def test_requests_bcg_reads_the_flag_as_the_engine_would(argv, expected):
 def test_ab_arm_with_bcg_flags_is_gated_as_bcg(tmp_path):
     """--campaign ab with BCG in arm B's args: the arm reports BCG on, and its gate wants a capture."""
     preset = presets.get_preset("tiny-flux-gpu")
-    plan = campaign.plan("ab", rounds=1, arm_b_args=["--enable-breakable-cuda-graph"])
+    plan = design.plan("ab", rounds=1, arm_b_args=["--enable-breakable-cuda-graph"])
     ctx = campaign_context.CampaignContext.build(
         preset, plan, campaign_context.CampaignSettings(label="ab", output_root=tmp_path),
         engine_probe.recent_engine_capabilities(), model_path=str(tmp_path / "m"), caller_env={})
@@ -122,7 +122,7 @@ def test_an_arm_override_changes_the_presets_flag_in_that_arm_only():
         arm_b = "__b__" in r["run_id"]
         assert argv[argv.index("--dit-cpu-offload") + 1] == ("true" if arm_b else "false")
         assert argv[argv.index("--pin-cpu-memory") + 1] == ("false" if arm_b else "true")
-    arms = campaign.plan("ab", arm_b_overrides=["dit-cpu-offload=true"]).to_json()["arms"]  # as the report has them
+    arms = design.plan("ab", arm_b_overrides=["dit-cpu-offload=true"]).to_json()["arms"]  # as the report has them
     assert arms["b"]["flag_overrides"] == ["--dit-cpu-offload=true"] and "replacing" in arms["b"]["description"]
     assert "flag_overrides" not in arms["a"]
 
@@ -219,7 +219,7 @@ def test_bench_report_schema_accepts_the_engine_run_block():
 def test_bcg_replay_engines_carry_the_overrides_and_extra_args(tmp_path):
     """The replay's engines get what the caller asked for (on the H200 they lost --attention-backend torch_sdpa,
     picked FlashAttention 3 that is not installed, and every request failed)."""
-    from sgl_diffusion_bench import bcg_replay
+    from sgl_diffusion_bench.campaign import bcg_replay
 
     model = str(tmp_path / "FLUX.1-dev")
     preset = presets.customised([presets.get_preset("flux-1gpu")], ["num_inference_steps=8"], model)[0]

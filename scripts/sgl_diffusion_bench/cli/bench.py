@@ -12,9 +12,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (advice, assets, bench_request, bench_runner, campaign, campaign_context, campaign_session,
-                command_builder, contract, engine_mode, engine_overlap, engine_probe, model_cache, nightly, presets,
-                selftest, sequential, tiny_model, warm_campaign, work_dirs)
+from .. import (advice, assets, command_builder, contract, engine_overlap, engine_probe, model_cache, nightly, presets,
+                selftest, tiny_model, work_dirs)
+from ..campaign import (bench_request, bench_runner, campaign_context, campaign_session, design,
+                        engine_mode, sequential, warm_campaign)
 from ..results import report
 from . import _engine_args, _runner
 
@@ -67,10 +68,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="'installed' (probe, cached), 'recent' (a current-main engine), or an engine.v1 JSON file")
     group.add_argument("--dry-run", action="store_true", help="print the plan (bench-plan.v1); run and build nothing (a local model is only named)")
     camp = parser.add_argument_group("campaigns (bench-report.v1)")
-    camp.add_argument("--campaign", choices=campaign.MODES, default=None,
+    camp.add_argument("--campaign", choices=design.MODES, default=None,
                       help="single (default); abba: eager vs BCG as A1 B1 B2 A2 rounds; aa: the same config twice "
                            "(noise floor); ab: --arm-a-args vs --arm-b-args; matrix: same as --quality-bcg-matrix")
-    camp.add_argument("--rounds", type=_runner.bounded_int(1, advice.MAX_ROUNDS), default=campaign.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
+    camp.add_argument("--rounds", type=_runner.bounded_int(1, advice.MAX_ROUNDS), default=design.DEFAULT_ROUNDS, help="A/B/B/A rounds (default 2)")
     camp.add_argument("--arm-a-args", default="", help="extra engine flags of arm A (--campaign ab), one string")
     camp.add_argument("--arm-b-args", default="", help="extra engine flags of arm B (--campaign ab), one string")
     for arm in "AB":  # e.g. dit-cpu-offload=true: the flag without its leading --
@@ -304,7 +305,7 @@ def _run(args: argparse.Namespace) -> _runner.Result:
 
 
 def _bcg_replay(args: argparse.Namespace) -> _runner.Result:
-    from .. import bcg_replay
+    from ..campaign import bcg_replay
 
     preset = presets.customised([presets.get_preset(args.model or DEFAULT_PRESET)], args.override, args.model_path)[0]
     model_path, _ = tiny_model.model_location(preset, args.model_path, build=False)

@@ -11,7 +11,8 @@ import argparse
 import shlex
 from pathlib import Path
 
-from .. import contract, presets, profile_run, selftest, work_dirs
+from .. import contract, presets, selftest, work_dirs
+from ..campaign import profile_run
 from ..judging import log_gates, log_markers
 from . import _engine_args, _runner
 from .bench import engine_capabilities

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import contract, engine_probe, presets, readiness, selftest
+from .. import contract, engine_probe, presets, selftest
+from ..campaign import readiness
 from . import _runner
 
 TOOL = "check_readiness"

@@ -12,8 +12,8 @@ import os
 import shlex
 from pathlib import Path
 
-from .. import (contract, engine_probe, engine_python, gpu, presets, request_manifest, request_setup, selftest,
-                tiny_model, work_dirs)
+from .. import contract, engine_probe, engine_python, gpu, presets, request_manifest, selftest, tiny_model, work_dirs
+from ..campaign import request_setup
 from ..results import stats
 from ..serving import device_room, load, render, requests, run, server
 from . import _runner

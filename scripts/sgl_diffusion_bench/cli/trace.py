@@ -12,7 +12,7 @@ from ..trace.analyses.classify import classify_trace
 from ..trace.analyses.compare import compare_traces
 from ..trace.analyses.ranks import analyze_ranks
 from ..trace.load import load_trace
-from ..profile_compare import profile_table
+from ..campaign.profile_compare import profile_table
 from ..trace.render import render_classify_text, render_hotspots_text
 from ..trace.summary import bounded, hotspots_body, trace_info
 from . import _runner

@@ -8,10 +8,11 @@ import json
 import shlex
 from typing import Any
 
-from .. import contract, fast_paths, profile_run
+from .. import contract, fast_paths
+from ..campaign import profile_run
 from ..trace.analyses.classify import classify_trace
 from ..trace.load import load_trace
-from ..profile_compare import profile_table
+from ..campaign.profile_compare import profile_table
 from ..trace.summary import trace_info
 from .steps import Context, Outcome, model_flags, write_document
 

@@ -9,7 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import advice, contract, fileio, presets, sequential
+from .. import advice, contract, fileio, presets
+from ..campaign import sequential
 
 LAYOUT_FLAGS = ("--num-gpus", "--tp-size", "--sp-degree", "--ulysses-degree", "--ring-degree")
 MIN_BUDGET_ROUNDS = 2  # the sequential rule's first look needs two rounds

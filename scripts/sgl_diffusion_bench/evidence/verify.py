@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, fileio, presets, sequential
+from .. import contract, fileio, presets
+from ..campaign import sequential
 from ..judging import output_check, run_judge, validity
 from ..results import stats
 from ..judging.cell import Cell

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import contract, engine_process, progress, request_setup
+from .. import contract, engine_process, progress
+from ..campaign import request_setup
 from ..judging import engine_args, host_load, log_markers
 from . import load, metrics, server, verdict
 from ..warm_engine import process_group_members

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..results import stats
-from ..campaign import ABBA_POSITIONS
+from ..campaign.design import ABBA_POSITIONS
 from ..judging.cell import Cell
 from .metrics import VERDICT_METRICS, block_metrics
 

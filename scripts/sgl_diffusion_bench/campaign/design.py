@@ -22,8 +22,8 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
-from . import advice, argv_tokens, contract
-from .request_manifest import Manifest
+from .. import advice, argv_tokens, contract
+from ..request_manifest import Manifest
 
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import contract, owner
+from .. import contract, owner
 
 CLAIM_SUFFIX = ".claim"
 

@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import (command_builder, contract, engine_overlap, model_cache, probe_interpreter, progress, request_setup,
-               warm_engine, warm_grouping)
-from .judging import engine_args, host_load, log_gates, output_check, request_path
+from .. import command_builder, contract, engine_overlap, model_cache, probe_interpreter, progress, warm_engine
+from . import request_setup, warm_grouping
+from ..judging import engine_args, host_load, log_gates, output_check, request_path
 from .campaign_context import CampaignContext
-from .judging.cell import Cell
-from .cpu_adapter import sgl_cpu_adapter
-from .engine_starts import EngineStart, engines_block
+from ..judging.cell import Cell
+from ..cpu_adapter import sgl_cpu_adapter
+from .engine_starts import engines_block, EngineStart
 
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint
 SCHEDULES = ("auto", "interleaved", "alternating_blocks")  # auto: interleaved when every engine fits at once

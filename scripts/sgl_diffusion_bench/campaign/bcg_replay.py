@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import (argv_tokens, campaign_context, command_builder, contract, engine_process, fileio, gpu, request_setup,
-               warm_engine)
-from .judging import engine_args, log_gates, log_markers
-from .engine_probe import EngineCapabilities
-from .presets import Preset
+from .. import argv_tokens, command_builder, contract, engine_process, fileio, gpu, warm_engine
+from . import campaign_context, request_setup
+from ..judging import engine_args, log_gates, log_markers
+from ..engine_probe import EngineCapabilities
+from ..presets import Preset
 
 SCHEMA = "bcg-replay.v1"
 RANK = re.compile(r"\[(?:rank|Rank|RANK)[ =:]?(\d+)\]|\brank[ =:](\d+)\b")

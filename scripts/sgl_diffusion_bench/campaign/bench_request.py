@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from . import (assets, bench_runner, campaign, campaign_context, contract, gpu, model_access, readiness,
-               request_manifest, tiny_model, work_dirs)
-from .engine_probe import EngineCapabilities
-from .presets import Preset
+from .. import assets, contract, gpu, model_access, request_manifest, tiny_model, work_dirs
+from . import bench_runner, campaign_context, design, readiness
+from ..engine_probe import EngineCapabilities
+from ..presets import Preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class CampaignShape:
     """Which campaign runs: its mode, rounds and samples, and what each arm changes."""
 
     mode: str = "single"
-    rounds: int = campaign.DEFAULT_ROUNDS
+    rounds: int = design.DEFAULT_ROUNDS
     samples: int = 1
     quality: str | None = None
     bcg: bool = False
@@ -50,12 +50,12 @@ def manifest_for(request: BenchRequest, preset: Preset) -> request_manifest.Mani
 
 
 def plan_campaign(request: BenchRequest, caps: EngineCapabilities,
-                  manifest: request_manifest.Manifest | None = None) -> campaign.Campaign:
+                  manifest: request_manifest.Manifest | None = None) -> design.Campaign:
     shape = request.shape
     if shape.mode == "matrix" and caps.degraded and not caps.distinct_quality_levels:
         raise contract.PreconditionError("engine.probe_degraded", "the quality x BCG matrix needs the engine's quality "
                                          "levels, which a degraded probe cannot read", caps.degraded_reason())
-    return campaign.plan(shape.mode, rounds=shape.rounds, samples=shape.samples, quality=shape.quality, bcg=shape.bcg,
+    return design.plan(shape.mode, rounds=shape.rounds, samples=shape.samples, quality=shape.quality, bcg=shape.bcg,
                          arm_a_args=shape.arm_a_args, arm_b_args=shape.arm_b_args,
                          arm_a_overrides=shape.arm_a_overrides, arm_b_overrides=shape.arm_b_overrides,
                          engine_qualities=list(caps.distinct_quality_levels) or None, manifest=manifest)

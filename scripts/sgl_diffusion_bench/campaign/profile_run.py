@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import (assets, campaign_context, command_builder, contract, engine_process, fileio, gpu, presets, request_setup,
-               tiny_model, work_dirs)
-from .judging import log_markers, request_path
-from .judging.cell import Cell
-from .engine_probe import EngineCapabilities
+from .. import assets, command_builder, contract, engine_process, fileio, gpu, presets, tiny_model, work_dirs
+from . import campaign_context, request_setup
+from ..judging import log_markers, request_path
+from ..judging.cell import Cell
+from ..engine_probe import EngineCapabilities
 from . import profile_compare
 
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".pt.trace.json.gz")

@@ -18,15 +18,15 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
-from . import (campaign as campaign_mod, campaign_context, command_builder, contract, engine_mode, engine_starts,
-               fileio, manifest_campaign, model_cache, presets, request_setup, run_claim, run_record, sequential,
-               warm_campaign, work_dirs)
-from .judging import engine_args, host_load, request_path, validity
-from .results import report, request_verdicts, stats
+from .. import command_builder, contract, fileio, model_cache, presets, work_dirs
+from . import (campaign_context, design, engine_mode, engine_starts, manifest_campaign, request_setup,
+               run_claim, run_record, sequential, warm_campaign)
+from ..judging import engine_args, host_load, request_path, validity
+from ..results import report, request_verdicts, stats
 from .campaign_context import CampaignContext, Site
-from .judging.cell import Cell, Report
-from .presets import Preset
-from .progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
+from ..judging.cell import Cell, Report
+from ..presets import Preset
+from ..progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
 
 TOOL = "bench_diffusion_denoise"
 REPORT_SCHEMA = Report.SCHEMA
@@ -54,7 +54,7 @@ class Progress:
               f"{reasons}", file=self.stream, flush=True)
 
 
-def _empty_cell(slot: campaign_mod.Slot, argv: Sequence[str], perf_dump_path: Path,
+def _empty_cell(slot: design.Slot, argv: Sequence[str], perf_dump_path: Path,
                 request: dict[str, Any] | None) -> Cell:
     """A planned cell: skipped until its request runs."""
     return Cell(index=slot.index, arm=slot.arm, round=slot.round, position=slot.position, argv=list(argv),
@@ -85,16 +85,16 @@ class CampaignRunner:
         self.last_document: dict[str, Any] | None = None  # the report as last written (also after Ctrl-C)
         self.claim: run_claim.RunClaim | None = None  # taken by check_fresh
 
-    def _slot_preset(self, slot: campaign_mod.Slot) -> Preset:
+    def _slot_preset(self, slot: design.Slot) -> Preset:
         """The preset as this slot's request runs it: its manifest request's fields, then the arm's own."""
-        fields, _ = campaign_mod.arm_request_fields(self.plan.arms[slot.arm].extra_args, presets.OVERRIDABLE_FIELDS)
+        fields, _ = design.arm_request_fields(self.plan.arms[slot.arm].extra_args, presets.OVERRIDABLE_FIELDS)
         preset = self.preset if slot.request is None else \
             manifest_campaign.request_preset(self.preset, self.plan.manifest, slot.request)
         return presets.customised([preset], fields, None)[0]
 
-    def _build(self, slot: campaign_mod.Slot, asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
+    def _build(self, slot: design.Slot, asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
         arm = self.plan.arms[slot.arm]
-        _, arm_flags = campaign_mod.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
+        _, arm_flags = design.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
         preset = self._slot_preset(slot)
         options = command_builder.RunOptions(
             label=self.settings.label, arm=None if self.plan.mode == "single" else arm.name, round=slot.round,

@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import contract, fileio, inputs
-from .judging import host_load
-from .trace.analyses.compare import compare_traces
-from .trace.model import Trace
-from .trace.render import render_compare_markdown
-from .trace.summary import trace_info
+from .. import contract, fileio, inputs
+from ..judging import host_load
+from ..trace.analyses.compare import compare_traces
+from ..trace.model import Trace
+from ..trace.render import render_compare_markdown
+from ..trace.summary import trace_info
 
 SIDECAR_SUFFIX = ".host-load.json"
 SCHEMA = "trace-host-load.v1"

@@ -25,9 +25,9 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-from . import advice, contract
-from .results import stats
-from .judging.cell import Cell
+from .. import advice, contract
+from ..results import stats
+from ..judging.cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8
 DEFAULT_OVERALL_CONFIDENCE = 0.99

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import argv_tokens, contract
+from .. import argv_tokens, contract
 
 MODES = ("cold", "warm")
 DEFAULT = "warm"

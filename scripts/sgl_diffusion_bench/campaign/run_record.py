@@ -8,14 +8,14 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping, Sequence
 
-from . import contract, hf_settings
-from .judging import engine_args
-from .campaign import Campaign
+from .. import contract, hf_settings
+from ..judging import engine_args
+from .design import Campaign
 from .campaign_context import CampaignContext
-from .judging.cell import Cell
-from .command_builder import Invocation
+from ..judging.cell import Cell
+from ..command_builder import Invocation
 from .engine_starts import EngineStart
-from .model_cache import PreparedCache
+from ..model_cache import PreparedCache
 
 
 def reproduce_command(argv: Sequence[str], env_set: Mapping[str, str], env_copy: Mapping[str, str],

@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from . import bench_runner, env, gpu, request_setup
+from .. import env, gpu
+from . import bench_runner, request_setup
 from .campaign_context import Lease, Site
-from .presets import Preset
+from ..presets import Preset
 
 
 @dataclasses.dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .presets import Preset
-from .request_manifest import Manifest, preset_fields
+from ..presets import Preset
+from ..request_manifest import Manifest, preset_fields
 
 
 def request_preset(preset: Preset, manifest: Manifest, index: int) -> Preset:

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import command_builder, contract, engine_process, fileio, gpu, hf_settings, model_access, tiny_model, work_dirs
-from .engine_probe import EngineCapabilities
-from .presets import Preset
+from .. import command_builder, contract, engine_process, fileio, gpu, hf_settings, model_access, tiny_model, work_dirs
+from ..engine_probe import EngineCapabilities
+from ..presets import Preset
 
 DEFAULT_HUB_TIMEOUT_S = 3.0
 DISK_HEADROOM_BYTES = 2 * 1024 ** 3  # room for outputs, traces and a partial download's temp files
@@ -78,7 +78,7 @@ def engine_check(preset: Preset, caps: EngineCapabilities) -> dict[str, Any]:
 
 
 def _asset_filenames() -> dict[str, str]:
-    from . import assets
+    from .. import assets
 
     return {a.id: a.filename for a in assets.load_manifest()}
 
