@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "sgl_diffusion_bench"
 PACKAGE_DIR = REPO / "scripts" / PACKAGE
 CODE_DIRS = ("scripts", "tests", "benchmarks", ".ci")
-TEXT_SUFFIXES = {".py", ".md", ".yaml", ".toml", ".json", ".txt", ""}
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".toml", ".json", ".txt", ".sh", ""}
 LINE_LIMIT = 120
-STRING_IMPORT = re.compile(rf"^(?P<indent>\s*)from (?P<source>{PACKAGE}(?:\.\w+)*) import (?P<names>\w+(?:, \w+)*)"
+STRING_IMPORT = re.compile(rf"^from (?P<source>{PACKAGE}(?:\.\w+)*) import (?P<names>\w+(?:, \w+)*)"
                            r"(?P<trail>\s*(?:#.*)?)$")
 
 
@@ -136,18 +136,19 @@ def rewrite_imports(path: Path, moved: dict[str, str], old_package: str | None) 
     covered = {i for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                for i in range(node.lineno - 1, node.end_lineno)}
     for i, line in enumerate(lines):  # import lines inside strings (code a test runs with ``python -c``)
-        match = STRING_IMPORT.match(line)
-        if i in covered or not match or match["source"] not in (PACKAGE, *moved):
+        indent = line[:len(line) - len(line.lstrip())]
+        parts = [STRING_IMPORT.match(part) for part in line.strip().split("; ")]
+        if i in covered or not all(parts) or not any(m["source"] in (PACKAGE, *moved) for m in parts):
             continue
         groups = {}
-        for name in (n.strip() for n in match["names"].split(",")):
-            full = f"{match['source']}.{name}"
-            target = moved[full].rsplit(".", 1) if full in moved else (match["source"], name) if (
-                full in moved.values()) else (
-                (moved[match["source"]], name) if match["source"] in moved else (match["source"], name))
-            groups.setdefault(target[0], []).append(target[1])
-        edits.append((i, i + 1, "; ".join(f"from {src} import {', '.join(names)}" for src, names in groups.items())
-                      .join((match["indent"], match["trail"]))))
+        for match in parts:
+            for name in (n.strip() for n in match["names"].split(",")):
+                full = f"{match['source']}.{name}"
+                target = moved[full].rsplit(".", 1) if full in moved else (match["source"], name) if (
+                    full in moved.values() or match["source"] not in moved) else (moved[match["source"]], name)
+                groups.setdefault(target[0], []).append(target[1])
+        edits.append((i, i + 1, indent + "; ".join(f"from {src} import {', '.join(names)}"
+                                                   for src, names in groups.items()) + parts[-1]["trail"]))
     for start, end, replacement in sorted(edits, reverse=True):
         lines[start:end] = replacement.split("\n")
     if not edits:

@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "bench_diffusion_denoise.py"
 sys.path.insert(0, str(REPO / "scripts"))
 
-from sgl_diffusion_bench import engine_process  # noqa: E402
+from sgl_diffusion_bench.engine import engine_process  # noqa: E402
 
 # Both sides run as an installed bundle would: Python keeps the bundle's bytecode (__pycache__, git-ignored) even where
 # the caller's environment says PYTHONDONTWRITEBYTECODE (every run would otherwise compile the bundle from source).

@@ -16,7 +16,8 @@ from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench import command_builder, contract, engine_probe, presets, tiny_model
+from sgl_diffusion_bench import contract, presets
+from sgl_diffusion_bench.engine import command_builder, engine_probe, tiny_model
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
 from sgl_diffusion_bench.judging.cell import Report
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_script
-from sgl_diffusion_bench import bench_env, contract, env
+from sgl_diffusion_bench import bench_env, contract
+from sgl_diffusion_bench.engine import env
 
 DEPRECATION = re.compile(r"^\[sgl-diffusion-bench\] (\S+) is deprecated: set (\S+) instead", re.MULTILINE)
 _SGLANG_ENVIRON = next((REPO / ".venv" / "lib").glob("python*/site-packages/sglang/srt/environ.py"), None)

@@ -8,7 +8,8 @@ import shlex
 
 import pytest
 
-from sgl_diffusion_bench import contract, engine_probe, model_access, presets
+from sgl_diffusion_bench import contract, presets
+from sgl_diffusion_bench.engine import engine_probe, model_access
 from sgl_diffusion_bench.campaign import bench_request
 from sgl_diffusion_bench.cli import bench
 from sgl_diffusion_bench.evidence import request, steps

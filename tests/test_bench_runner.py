@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
-from sgl_diffusion_bench import contract, engine_probe, fileio, presets
+from sgl_diffusion_bench import contract, fileio, presets
+from sgl_diffusion_bench.engine import engine_probe
 from sgl_diffusion_bench.campaign import campaign_context, design, run_record
 from sgl_diffusion_bench.judging import log_gates, log_markers, media, request_path
 

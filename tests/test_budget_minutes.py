@@ -8,7 +8,8 @@ import json
 import time
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, engine_probe, presets
+from sgl_diffusion_bench import contract, presets
+from sgl_diffusion_bench.engine import engine_probe
 from sgl_diffusion_bench.campaign import bench_runner, design, sequential
 from sgl_diffusion_bench.campaign.campaign_context import CampaignContext, CampaignSettings
 

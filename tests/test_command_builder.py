@@ -15,8 +15,9 @@ import pytest
 
 from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
 from conftest import HF_TOKEN_CANARY, run_script
-from sgl_diffusion_bench import argv_tokens, assets, contract, engine_probe, engine_process, presets, tiny_model
-from sgl_diffusion_bench import command_builder as cb
+from sgl_diffusion_bench import argv_tokens, assets, contract, presets
+from sgl_diffusion_bench.engine import engine_probe, engine_process, tiny_model
+from sgl_diffusion_bench.engine import command_builder as cb
 
 RECENT = engine_probe.recent_engine_capabilities()
 CLI = ("sglang", "generate")

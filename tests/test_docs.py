@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from conftest import HF_TOKEN_CANARY, REPO, TEST_FIXTURES
-from sgl_diffusion_bench import engine_probe, gpu
+from sgl_diffusion_bench.engine import engine_probe, gpu
 from sgl_diffusion_bench.cli import doc_tables
 from sgl_diffusion_bench.cli import options_reference
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import engine_scenarios
+from sgl_diffusion_bench.engine import engine_scenarios
 from sgl_diffusion_bench.judging import engine_baselines
 
 CPU_TINY_REPORT = TEST_FIXTURES / "bench-report" / "cpu-tiny-0.5.23.json"  # a real tiny-flux CPU run, 64x64, 2 steps

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_diffusion_bench import engine_python
+from sgl_diffusion_bench.engine import engine_python
 
 CONSOLE_SCRIPT = "# -*- coding: utf-8 -*-\nimport sys\nprint('engine ran by', sys.executable, sys.argv[1:])\n"
 

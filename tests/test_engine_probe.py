@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench import engine_probe, engine_sources
+from sgl_diffusion_bench.engine import engine_probe, engine_sources
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY
-from sgl_diffusion_bench import engine_process
+from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
 
 PY = sys.executable

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS
-from sgl_diffusion_bench import contract, entry_guard
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.engine import entry_guard
 
 ENTRY_SCRIPTS = sorted(SCRIPTS.glob("*.py"))
 

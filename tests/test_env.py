@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, run_script
-from sgl_diffusion_bench import contract, env, gpu, work_dirs
-from sgl_diffusion_bench.fake_nvml import FakeDevice, FakeNvml
+from sgl_diffusion_bench import contract, work_dirs
+from sgl_diffusion_bench.engine import env, gpu
+from sgl_diffusion_bench.engine.fake_nvml import FakeDevice, FakeNvml
 
 
 class ScriptedNvml(FakeNvml):
@@ -66,7 +67,7 @@ HOLDER = """
 import sys, time
 sys.path.insert(0, {scripts!r})
 from pathlib import Path
-from sgl_diffusion_bench import gpu
+from sgl_diffusion_bench.engine import gpu
 lease = gpu.GpuLease(["GPU-a"], label="other-agent", lock_dir=Path({lock_dir!r})).acquire()
 print("held", flush=True)
 time.sleep(60)

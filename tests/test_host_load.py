@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from sgl_diffusion_bench import engine_process
+from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.judging import host_load
 from sgl_diffusion_bench.results import report
 from sgl_diffusion_bench.judging.cell import Cell
@@ -66,7 +66,7 @@ def test_a_sample_lists_processes_when_started_so_it_can_overlap_the_engine_star
 def test_a_sample_at_the_end_leaves_the_winding_down_engine_group_out_but_not_others():
     """At a cell's end the window runs while the engine shuts down: its process group (its own session, as
     engine_process starts it) is left out, a foreign busy process is still named."""
-    from sgl_diffusion_bench import engine_process
+    from sgl_diffusion_bench.engine import engine_process
 
     engine = engine_process.spawn_group([sys.executable, "-c", "while True: pass"])
     foreign = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -162,7 +162,7 @@ def test_the_plan_sends_each_request_in_every_slot_with_its_own_run_id(tmp_path)
 
 
 def test_the_plan_orders_requests_within_each_position():
-    from sgl_diffusion_bench import request_manifest
+    from sgl_diffusion_bench.engine import request_manifest
 
     specs = tuple(request_manifest.RequestSpec(f"r{n}", "p", 64, 64, {}) for n in range(3))
     plan = design.plan("abba", rounds=1, samples=2, manifest=request_manifest.Manifest(SAMPLE, "0" * 64, specs))

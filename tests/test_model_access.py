@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_script
-from sgl_diffusion_bench import model_access, presets
+from sgl_diffusion_bench import presets
+from sgl_diffusion_bench.engine import model_access
 
 FLUX = presets.get_preset("flux")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine_release import OLDER_RELEASE
-from sgl_diffusion_bench import engine_probe
+from sgl_diffusion_bench.engine import engine_probe
 
 pytestmark = pytest.mark.engine
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
-from sgl_diffusion_bench import engine_probe, probe_interpreter, progress
+from sgl_diffusion_bench import progress
+from sgl_diffusion_bench.engine import engine_probe, probe_interpreter
 
 ANSWER = f"print({engine_probe.PROBE_MARK!r} + {json.dumps(json.dumps({'actions': []}))})"
 

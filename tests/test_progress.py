@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import TEST_FIXTURES, run_script
-from sgl_diffusion_bench import progress, warm_engine, work_dirs
+from sgl_diffusion_bench import progress, work_dirs
+from sgl_diffusion_bench.engine import warm_engine
 from sgl_diffusion_bench.warm_driver import MARKER
 
 RECORDED_WARM_LOG = TEST_FIXTURES / "gpu-h200-0.5.23" / "warm-vs-cold" / "warm-e1.engine.log"

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from conftest import run_script
-from sgl_diffusion_bench import fake_nvml, gpu, presets
+from sgl_diffusion_bench import presets
+from sgl_diffusion_bench.engine import fake_nvml, gpu
 from sgl_diffusion_bench.campaign import readiness
 
 

@@ -18,14 +18,17 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import contract, gpu, model_cache, owner
+from sgl_diffusion_bench import contract, model_cache, owner
+from sgl_diffusion_bench.engine import gpu
 from sgl_diffusion_bench.campaign import run_claim
 
 HOLDER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {scripts!r})
     from pathlib import Path
-    from sgl_diffusion_bench import engine_process, gpu, model_cache; from sgl_diffusion_bench.campaign import run_claim
+    from sgl_diffusion_bench import model_cache
+    from sgl_diffusion_bench.campaign import run_claim
+    from sgl_diffusion_bench.engine import engine_process, gpu
     tmp, what = Path({tmp!r}), {what!r}
     command = ["sh", "-c", f"echo $$ > {{tmp / 'command.pid'}}; exec sleep 300"]
     if what == "lease":
@@ -127,7 +130,7 @@ def test_a_cleanup_killed_midway_leaves_its_started_line_and_finishes_on_rerun(t
 
 
 def test_a_campaign_checks_its_ledger_and_claims_its_label_before_anything_runs(tmp_path):
-    from sgl_diffusion_bench import engine_probe
+    from sgl_diffusion_bench.engine import engine_probe
     from sgl_diffusion_bench.campaign import bench_request
     from sgl_diffusion_bench.cli import bench
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sgl_diffusion_bench import command_builder, contract, engine_probe, engine_process, gpu, presets
+from sgl_diffusion_bench import contract, presets
+from sgl_diffusion_bench.engine import command_builder, engine_probe, engine_process, gpu
 from sgl_diffusion_bench.campaign import request_setup
 from sgl_diffusion_bench.judging import log_markers
 from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import contract, engine_process, work_dirs
+from sgl_diffusion_bench import contract, work_dirs
+from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.serving import metrics
-from sgl_diffusion_bench.warm_engine import process_group_members
+from sgl_diffusion_bench.engine.warm_engine import process_group_members
 
 SAMPLE_MANIFEST = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
 LOAD = ["--model", "tiny-flux-cpu", "--arm-b-args=--batching-max-size 2"]
@@ -278,7 +279,7 @@ def test_manifest_line_the_engine_rejects_is_named(tmp_path, line, says):
 
 @pytest.mark.torch
 def test_sample_manifest_is_read_by_the_engines_parser():
-    from sgl_diffusion_bench import request_manifest
+    from sgl_diffusion_bench.engine import request_manifest
     from sgl_diffusion_bench.serving import requests
     package_dir = Path(work_dirs.sglang_location()["package_dir"])
     specs, sha = request_manifest.load_manifest(SAMPLE_MANIFEST, package_dir, (64, 64))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_main
-from sgl_diffusion_bench import contract, fake_nvml, gpu
+from sgl_diffusion_bench import contract
+from sgl_diffusion_bench.engine import fake_nvml, gpu
 from sgl_diffusion_bench.serving import device_room
 
 MIB = 1 << 20

@@ -165,7 +165,7 @@ def _nightly_engine(tmp_path: Path) -> Path:
 
 def test_the_kept_mini_engine_is_what_the_installed_engine_gives(tmp_path):
     from test_engine_baselines import _engine_with_a_28_step_flux_scenario, _installed_engine
-    from sgl_diffusion_bench import engine_scenarios
+    from sgl_diffusion_bench.engine import engine_scenarios
     from sgl_diffusion_bench.judging import engine_baselines
     if _installed_engine() is None:
         pytest.skip("no installed engine with perf baselines to check the kept copy against")

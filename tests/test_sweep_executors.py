@@ -20,7 +20,8 @@ import pytest
 import ray_cluster as ray_cluster_helper
 import slurm_cluster
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import presets, tiny_model
+from sgl_diffusion_bench import presets
+from sgl_diffusion_bench.engine import tiny_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.torch]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_diffusion_bench import tiny_model
+from sgl_diffusion_bench.engine import tiny_model
 
 pytestmark = pytest.mark.torch  # builds the model with torch
 

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import TEST_FIXTURES
-from sgl_diffusion_bench import contract, engine_probe, fileio, presets
+from sgl_diffusion_bench import contract, fileio, presets
+from sgl_diffusion_bench.engine import engine_probe
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
 from sgl_diffusion_bench.judging import log_gates, log_markers, quality, request_path, validity
 from sgl_diffusion_bench.results import report, stats

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
-from sgl_diffusion_bench import engine_overlap
+from sgl_diffusion_bench.engine import engine_overlap
 from sgl_diffusion_bench.campaign import engine_starts, warm_grouping
 from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.cli import _runner
@@ -284,7 +284,8 @@ def test_arms_that_differ_only_in_steps_share_one_engine_start(tmp_path):
 def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
     """Engine flags differ (arm B adds --log-level info), the schedule is alternating blocks: A1 on e1, B1 B2 on e2,
     A2 on a restarted e3; each request writes its own copy of the preset's config file and the report says so."""
-    from sgl_diffusion_bench import engine_probe, presets, tiny_model
+    from sgl_diffusion_bench import presets
+    from sgl_diffusion_bench.engine import engine_probe, tiny_model
     from sgl_diffusion_bench.campaign import bench_runner, design
     from sgl_diffusion_bench.results import report
     from sgl_diffusion_bench.campaign.campaign_context import CampaignContext, CampaignSettings, Site
@@ -459,7 +460,8 @@ def test_the_replay_sequence_on_the_real_engine_without_bcg(tmp_path):
 # -- which engine mode runs ----------------------------------------------------------------------------------------
 
 def test_warm_is_the_default_runs_cold_where_it_cannot_and_is_refused_there_when_asked():
-    from sgl_diffusion_bench import contract, engine_probe
+    from sgl_diffusion_bench import contract
+    from sgl_diffusion_bench.engine import engine_probe
     from sgl_diffusion_bench.campaign import engine_mode
 
     recent = engine_probe.recent_engine_capabilities()

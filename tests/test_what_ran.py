@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import contract, engine_probe, presets
+from sgl_diffusion_bench import contract, presets
+from sgl_diffusion_bench.engine import engine_probe
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design, request_setup, run_record
 from sgl_diffusion_bench.judging import engine_args
 from sgl_diffusion_bench.results import report

@@ -19,10 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import argv_tokens, command_builder, contract, engine_process, fileio, gpu, warm_engine
+from .. import argv_tokens, contract, fileio
+from ..engine import command_builder, engine_process, gpu, warm_engine
 from . import campaign_context, request_setup
 from ..judging import engine_args, log_gates, log_markers
-from ..engine_probe import EngineCapabilities
+from ..engine.engine_probe import EngineCapabilities
 from ..presets import Preset
 
 SCHEMA = "bcg-replay.v1"

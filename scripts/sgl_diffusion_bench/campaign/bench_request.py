@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import assets, contract, gpu, model_access, request_manifest, tiny_model, work_dirs
+from .. import assets, contract, work_dirs
+from ..engine import gpu, model_access, request_manifest, tiny_model
 from . import bench_runner, campaign_context, design, readiness
-from ..engine_probe import EngineCapabilities
+from ..engine.engine_probe import EngineCapabilities
 from ..presets import Preset
 
 

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
-from .. import command_builder, contract, fileio, model_cache, presets, work_dirs
+from .. import contract, fileio, model_cache, presets, work_dirs
+from ..engine import command_builder
 from . import (campaign_context, design, engine_mode, engine_starts, manifest_campaign, request_setup,
                run_claim, run_record, sequential, warm_campaign)
 from ..judging import engine_args, host_load, request_path, validity

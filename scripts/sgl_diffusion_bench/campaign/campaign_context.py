@@ -14,10 +14,11 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .. import contract, engine_process, model_cache
+from .. import contract, model_cache
+from ..engine import engine_process
 from . import design, request_setup, sequential
 from ..judging import log_markers
-from ..engine_probe import EngineCapabilities
+from ..engine.engine_probe import EngineCapabilities
 from ..presets import Preset
 
 DEFAULT_CELL_TIMEOUT_S = 3600.0
@@ -77,7 +78,7 @@ class Lease:
     @classmethod
     def of(cls, visible: str, uuids: list[str]) -> Lease:
         """The lease ``gpu.campaign_devices`` granted, with its contention check."""
-        from .. import gpu
+        from ..engine import gpu
 
         return cls(visible, tuple(uuids), lambda: gpu.foreign_processes(uuids, own_pids=set()))
 
@@ -93,20 +94,20 @@ class Lease:
 
     def gpu_processes(self) -> list[dict[str, Any]]:
         """Every compute process on the leased GPUs, ours included (a warm engine's footprint)."""
-        from .. import gpu
+        from ..engine import gpu
 
         return gpu.foreign_processes(list(self.uuids), own_pids=set()) if self.uuids else []
 
     def gpu_memory_used(self) -> dict[str, int]:
         """Used memory per leased GPU (uuid -> bytes), where NVML can tell."""
-        from .. import gpu
+        from ..engine import gpu
 
         return {g.uuid: g.memory_used_bytes for g in gpu.read_inventory().gpus
                 if g.uuid in self.uuids and g.memory_used_bytes is not None}
 
     def gpu_free_bytes(self) -> int | None:
         """The least free memory over the leased GPUs, None where NVML cannot tell."""
-        from .. import gpu
+        from ..engine import gpu
 
         free = [g.memory_total_bytes - g.memory_used_bytes for g in gpu.read_inventory().gpus
                 if g.uuid in self.uuids and g.memory_total_bytes is not None and g.memory_used_bytes is not None]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from .. import env, gpu
+from ..engine import env, gpu
 from . import bench_runner, request_setup
 from .campaign_context import Lease, Site
 from ..presets import Preset

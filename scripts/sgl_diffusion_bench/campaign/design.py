@@ -23,7 +23,7 @@ import re
 from typing import Any, Sequence
 
 from .. import advice, argv_tokens, contract
-from ..request_manifest import Manifest
+from ..engine.request_manifest import Manifest
 
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))

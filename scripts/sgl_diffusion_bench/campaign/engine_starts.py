@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import warm_engine
+from ..engine import warm_engine
 from ..judging import engine_args, memory_evidence
 from ..judging.cell import Cell
 

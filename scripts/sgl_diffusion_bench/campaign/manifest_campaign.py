@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from ..presets import Preset
-from ..request_manifest import Manifest, preset_fields
+from ..engine.request_manifest import Manifest, preset_fields
 
 
 def request_preset(preset: Preset, manifest: Manifest, index: int) -> Preset:

@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import assets, command_builder, contract, engine_process, fileio, gpu, presets, tiny_model, work_dirs
+from .. import assets, contract, fileio, presets, work_dirs
+from ..engine import command_builder, engine_process, gpu, tiny_model
 from . import campaign_context, request_setup
 from ..judging import log_markers, request_path
 from ..judging.cell import Cell
-from ..engine_probe import EngineCapabilities
+from ..engine.engine_probe import EngineCapabilities
 from . import profile_compare
 
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".pt.trace.json.gz")

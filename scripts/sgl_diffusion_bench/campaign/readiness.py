@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .. import command_builder, contract, engine_process, fileio, gpu, hf_settings, model_access, tiny_model, work_dirs
-from ..engine_probe import EngineCapabilities
+from .. import contract, fileio, hf_settings, work_dirs
+from ..engine import command_builder, engine_process, gpu, model_access, tiny_model
+from ..engine.engine_probe import EngineCapabilities
 from ..presets import Preset
 
 DEFAULT_HUB_TIMEOUT_S = 3.0

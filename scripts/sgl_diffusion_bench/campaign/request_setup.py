@@ -13,9 +13,10 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import contract, engine_process
+from .. import contract
+from ..engine import engine_process
 from ..judging import engine_args, log_gates, log_markers
-from ..command_builder import Invocation
+from ..engine.command_builder import Invocation
 from ..cpu_adapter import sgl_cpu_adapter
 
 NO_MAPPING: Mapping[str, str] = types.MappingProxyType({})

@@ -13,7 +13,7 @@ from ..judging import engine_args
 from .design import Campaign
 from .campaign_context import CampaignContext
 from ..judging.cell import Cell
-from ..command_builder import Invocation
+from ..engine.command_builder import Invocation
 from .engine_starts import EngineStart
 from ..model_cache import PreparedCache
 

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .. import command_builder, contract, engine_overlap, model_cache, probe_interpreter, progress, warm_engine
+from .. import contract, model_cache, progress
+from ..engine import command_builder, engine_overlap, probe_interpreter, warm_engine
 from . import request_setup, warm_grouping
 from ..judging import engine_args, host_load, log_gates, output_check, request_path
 from .campaign_context import CampaignContext

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from .. import argv_tokens, command_builder
+from .. import argv_tokens
+from ..engine import command_builder
 
 # Where a request writes and the ports a cold cell would bind (a warm engine binds its own once): per request on
 # every release, and never part of what a request asks for.

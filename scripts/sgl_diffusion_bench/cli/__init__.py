@@ -5,6 +5,6 @@ a third-party package, so the interpreter is checked here first (standard librar
 dependencies gets an ``env.missing_dependency`` error naming the command that works, never a traceback.
 """
 
-from .. import entry_guard
+from ..engine import entry_guard
 
 entry_guard.exit_unless_dependencies_present()

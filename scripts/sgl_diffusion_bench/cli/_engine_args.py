@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Protocol
 
-from .. import contract, engine_probe, engine_python
+from .. import contract
+from ..engine import engine_probe, engine_python
 from . import _runner
 
 

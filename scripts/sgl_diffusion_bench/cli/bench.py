@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import (advice, assets, command_builder, contract, engine_overlap, engine_probe, model_cache, nightly, presets,
-                selftest, tiny_model, work_dirs)
+from .. import advice, assets, contract, model_cache, nightly, presets, selftest, work_dirs
+from ..engine import command_builder, engine_overlap, engine_probe, tiny_model
 from ..campaign import (bench_request, bench_runner, campaign_context, campaign_session, design,
                         engine_mode, sequential, warm_campaign)
 from ..results import report

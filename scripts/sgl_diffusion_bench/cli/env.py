@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from .. import contract, engine_probe, engine_process, engine_python, env, gpu, selftest, work_dirs
+from .. import contract, selftest, work_dirs
+from ..engine import engine_probe, engine_process, engine_python, env, gpu
 from . import _engine_args, _runner
 
 TOOL = "diffusion_skill_env"
@@ -134,7 +135,7 @@ def self_tests() -> list[selftest.Check]:
         return f"inspect (GPU scan skipped) validates; {len(doc['problems'])} problem(s)"
 
     def fake_nvml_inventory() -> str:
-        from ..fake_nvml import FakeDevice, FakeNvml
+        from ..engine.fake_nvml import FakeDevice, FakeNvml
 
         fake = FakeNvml([FakeDevice(uuid="GPU-a", used_mib=0, util=0),
                          FakeDevice(uuid="GPU-b", used_mib=4096, util=90, pids=[(123, 4 << 30)])])

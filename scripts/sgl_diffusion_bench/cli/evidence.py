@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import contract, engine_overlap, selftest
+from .. import contract, selftest
+from ..engine import engine_overlap
 from ..evidence import manifest, render, request, run, verify
 from . import _runner
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import contract, engine_probe, presets, selftest
+from .. import contract, presets, selftest
+from ..engine import engine_probe
 from ..judging import media, output_check, run_judge
 from . import _runner
 

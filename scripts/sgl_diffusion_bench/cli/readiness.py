@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import contract, engine_probe, presets, selftest
+from .. import contract, presets, selftest
+from ..engine import engine_probe
 from ..campaign import readiness
 from . import _runner
 

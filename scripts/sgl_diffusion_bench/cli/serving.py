@@ -12,7 +12,8 @@ import os
 import shlex
 from pathlib import Path
 
-from .. import contract, engine_probe, engine_python, gpu, presets, request_manifest, selftest, tiny_model, work_dirs
+from .. import contract, presets, selftest, work_dirs
+from ..engine import engine_probe, engine_python, gpu, request_manifest, tiny_model
 from ..campaign import request_setup
 from ..results import stats
 from ..serving import device_room, load, render, requests, run, server

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import advice, contract, engine_overlap
+from .. import advice, contract
+from ..engine import engine_overlap
 from ..results import perf_compare, report, steady_state
 from ..judging.cell import Cell
 from . import manifest, plot

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import contract, engine_probe, gpu, presets
+from .. import contract, presets
+from ..engine import engine_probe, gpu
 from ..campaign import readiness
 from . import manifest, profiling, render, steps
 from .request import EvidenceRequest, differing_fields, parallel_layout

@@ -9,7 +9,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import contract, engine_probe, fileio, gpu, model_cache, tiny_model
+from .. import contract, fileio, model_cache
+from ..engine import engine_probe, gpu, tiny_model
 from ..campaign import bcg_replay, bench_request, bench_runner, campaign_context, campaign_session, sequential
 from ..presets import Preset
 from .request import EvidenceRequest

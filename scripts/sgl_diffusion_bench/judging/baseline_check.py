@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import contract, engine_probe, engine_scenarios, inputs
+from .. import contract, inputs
+from ..engine import engine_probe, engine_scenarios
 from . import engine_baselines, perf_dump
 from .cell import Cell
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import psutil
 
-from .. import engine_process
+from ..engine import engine_process
 from .cell import Cell
 
 SAMPLE_S = 0.1  # 10 clock ticks per core: enough to tell a busy process (>= BUSY_PCT) from an idle one

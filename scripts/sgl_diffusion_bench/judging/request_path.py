@@ -9,7 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from .. import contract, engine_process, fileio
+from .. import contract, fileio
+from ..engine import engine_process
 from . import host_load, log_gates, media, memory_evidence, output_check, perf_dump, validity
 from .cell import Cell
 from ..cpu_adapter import sgl_cpu_adapter

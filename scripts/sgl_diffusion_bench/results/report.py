@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import engine_overlap
+from ..engine import engine_overlap
 from . import perf_compare, request_verdicts, steady_state
 from ..judging.cell import Cell
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import argv_tokens, contract, engine_overlap, gpu
+from .. import argv_tokens, contract
+from ..engine import engine_overlap, gpu
 
 SERVERS = 2  # arm A and arm B, up together for the whole run
 

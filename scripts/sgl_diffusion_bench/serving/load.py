@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from .. import contract
-from ..request_manifest import RequestSpec
+from ..engine.request_manifest import RequestSpec
 
 REQUEST_TIMEOUT_S = 600.0
 ERROR_CHARS = 300

@@ -7,7 +7,7 @@ import re
 from typing import Any, Sequence
 
 from .. import contract
-from ..request_manifest import SIZE_MULTIPLE, RequestSpec
+from ..engine.request_manifest import RequestSpec, SIZE_MULTIPLE
 
 _SIZE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*$")
 

@@ -14,12 +14,13 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import contract, engine_process, progress
+from .. import contract, progress
+from ..engine import engine_process
 from ..campaign import request_setup
 from ..judging import engine_args, host_load, log_markers
 from . import load, metrics, server, verdict
-from ..warm_engine import process_group_members
-from ..request_manifest import RequestSpec
+from ..engine.warm_engine import process_group_members
+from ..engine.request_manifest import RequestSpec
 
 ARMS = ("A", "B")
 REQUESTS_LOG = "requests.jsonl"  # every measured request as it completes: what a Ctrl-C mid-run keeps

@@ -23,7 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import argv_tokens, contract, engine_process, progress
+from .. import argv_tokens, contract, progress
+from ..engine import engine_process
 
 HOST = "127.0.0.1"
 HEALTH_POLL_S = 0.25

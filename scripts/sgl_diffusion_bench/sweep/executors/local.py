@@ -9,7 +9,8 @@ import concurrent.futures
 from pathlib import Path
 from typing import Any
 
-from ... import contract, fileio, gpu
+from ... import contract, fileio
+from ...engine import gpu
 from .. import state as sweep_state
 from .. import worker
 from . import Job, Options, too_big

@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Callable, TextIO
 
-from . import contract, engine_process, progress
-from .warm_driver import MARKER
+from .. import contract, paths, progress
+from . import engine_process
+from ..warm_driver import MARKER
 
-DRIVER_PATH = Path(__file__).resolve().with_name("warm_driver.py")
+DRIVER_PATH = paths.PACKAGE_DIR / "warm_driver.py"
 QUIT_GRACE_S = 60.0
 
 

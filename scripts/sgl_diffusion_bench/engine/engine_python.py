@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import bench_env, contract
+from .. import bench_env, contract
 
 ENV_VAR = bench_env.ENGINE_PYTHON
 QUERY_TIMEOUT_S = 60

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import contract, engine_python, work_dirs
+from .. import contract, work_dirs
+from . import engine_python
 
 MANIFEST_SOURCE = "multimodal_gen/benchmarks/request_manifest.py"
 # Fields of the engine's manifest that a text-to-image HTTP request carries (the OpenAI-style image API's names).

@@ -18,8 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import bench_env, contract, engine_process, work_dirs
-from .presets import Preset
+from .. import bench_env, contract, paths, work_dirs
+from . import engine_process
+from ..presets import Preset
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
@@ -68,10 +69,10 @@ def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> 
 def _build_in_subprocess(out_dir: Path) -> None:
     """Build in a child Python: importing diffusers needs the CPU adapter's b0 here (CUDA torchvision beside CPU
     torch), and torch/diffusers imports (~5 s, ~500 MB) should not stay in the caller."""
-    code = "import sys, pathlib; from sgl_diffusion_bench.tiny_model import build_tiny_flux; " \
+    code = "import sys, pathlib; from sgl_diffusion_bench.engine.tiny_model import build_tiny_flux; " \
            "build_tiny_flux(pathlib.Path(sys.argv[1]))"
     child_env = engine_process.cpu_adapter_env(dict(os.environ))
-    child_env["PYTHONPATH"] += os.pathsep + str(Path(__file__).resolve().parents[1])
+    child_env["PYTHONPATH"] += os.pathsep + str(paths.PACKAGE_DIR.parent)
     proc = subprocess.run([sys.executable, "-c", code, str(out_dir)], env=child_env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"building the tiny FLUX model failed (rc {proc.returncode}): {proc.stderr[-2000:]}")

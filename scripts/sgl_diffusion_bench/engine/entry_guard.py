@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import __version__
+from .. import __version__, paths
 
 CODE = "env.missing_dependency"
 PRECONDITION_EXIT = 3  # contract.ExitCode.PRECONDITION, which this module cannot import
@@ -33,7 +33,7 @@ REQUIRED = {
     "numpy": "numpy",
     "psutil": "psutil",
 }
-BUNDLE = Path(__file__).resolve().parents[2]  # scripts/sgl_diffusion_bench/ -> the bundle (in a checkout)
+BUNDLE = paths.CHECKOUT_ROOT  # the bundle (in a checkout)
 
 
 class MissingDependencyError(Exception):

@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import argv_tokens, contract, hf_settings
+from .. import argv_tokens, contract, hf_settings
 from .engine_probe import EngineCapabilities
-from .presets import Preset
+from ..presets import Preset
 
 DEFAULT_QUALITY = "lossless"  # every release with --quality defaults to it; pinned so runs stay comparable
 WARMUP_MODE_DEFAULT = "request"
@@ -271,7 +271,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     if preset.local_model and not model_path:
         raise contract.PreconditionError("preset.local_model_unresolved",
                                          f"preset {preset.name!r} needs the local model {preset.local_model!r}",
-                                         "resolve it first (sgl_diffusion_bench.tiny_model.ensure_tiny_flux)")
+                                         "resolve it first (sgl_diffusion_bench.engine.tiny_model.ensure_tiny_flux)")
     warnings: list[tuple[str, str]] = []
     rid = run_id(preset, options)
     run_dir = output_root / rid

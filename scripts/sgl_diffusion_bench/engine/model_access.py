@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, hf_settings
-from .presets import Preset
+from .. import contract, hf_settings
+from ..presets import Preset
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1"}
 

@@ -13,9 +13,8 @@ The argparse probe also reads the engine's quality levels and aliases (``samplin
 adds (the engine hands them to ``DiffGenerator.generate`` per call) plus the generate command's own per-call
 ``--perf-dump-path`` and ``--output-file-path``; the static method takes them from ``sampling_params.py``. Its
 result is cached under ``<work root>/.cache/`` keyed by the engine interpreter, version, package path and the
-sources' mtimes. When the parser cannot be imported the probe is
-**degraded**: it names the missing module and what to install, it is never cached, and callers refuse it unless
-they asked to accept a degraded probe (``--accept-degraded-probe``).
+sources' mtimes. When the parser cannot be imported the probe is **degraded**: it names the missing module and what
+to install, it is never cached, and callers refuse it unless they asked to accept one (``--accept-degraded-probe``).
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import contract, engine_flag_forms, engine_python, engine_sources, fileio, inputs, progress, work_dirs
+from .. import contract, fileio, inputs, progress, work_dirs
+from . import engine_flag_forms, engine_python, engine_sources
 
 CACHE_FILE_NAME = "engine-capabilities.json"
 PROBE_TIMEOUT_S = 900  # a fresh venv's first import compiles sglang's bytecode: minutes on a loaded 2-core box

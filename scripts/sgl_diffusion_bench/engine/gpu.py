@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import bench_env, contract, owner
+from .. import bench_env, contract, owner
 
 LOCK_DIR_ENV = bench_env.GPU_LOCK_DIR
 

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from . import bench_env, contract, fileio, gpu, hf_settings, progress, work_dirs
+from .. import bench_env, contract, fileio, hf_settings, progress, work_dirs
+from . import gpu
 
 BENCH_ENV_VARS = ("FLASHINFER_DISABLE_VERSION_CHECK", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING", "NCCL_NVLS_ENABLE")
 GATED_HINT = f"{hf_settings.MISSING_TOKEN_HINT}; without it gated models fail with a misleading 'not supported' error"

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from . import progress, warm_engine
+from .. import progress
+from . import warm_engine
 
 RUN_TIME_ENV = frozenset({"SGLANG_DIFFUSION_SYNC_STAGE_PROFILING", "CUDA_DEVICE_ORDER",
                           "FLASHINFER_DISABLE_VERSION_CHECK", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
