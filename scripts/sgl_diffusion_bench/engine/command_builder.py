@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import argv_tokens, contract, hf_settings
+from . import flag_checks
 from .engine_probe import EngineCapabilities
 from ..presets import Preset
 
@@ -35,30 +36,6 @@ BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 # Silently overrides the step count (runtime doc §3): never let it leak into a benchmark.
 ENV_UNSET = ("SGLANG_TEST_NUM_INFERENCE_STEPS",)
 WARMUP_FLAGS = ("--warmup", "--warmup-mode")
-MISSING_FLAG_HINTS = {
-    "--quality": "this engine has no quality levels: drop --quality (quality comparisons need sglang 0.5.23 or main)",
-    "--warmup-mode": "this engine spells warmup --warmup; the builder uses it by itself, so the preset forcing "
-                     "--warmup-mode is what needs a newer engine",
-    "--enable-breakable-cuda-graph": "breakable CUDA graphs need a newer sglang (0.5.23 or main); drop "
-                                     "--breakable-cuda-graph/--quality-bcg-matrix",
-    "--bcg-text-buckets": "BCG text buckets need a newer sglang; drop --bcg-text-buckets",
-    "--warmup-num-frames": "BCG video warmup needs a newer sglang",
-    "--component-residency": "needs sglang 0.5.23 or main; this engine pins placement only through "
-                             "--dit-cpu-offload false --text-encoder-cpu-offload false",
-    "--performance-mode": "this engine has no performance modes (it always auto-fills unset offload flags): "
-                          "upgrade sglang or pick another preset",
-    "--warmup-steps": "this engine has no --warmup-steps (its warmup request runs the full step count)",
-}
-# Where to set a flag that the tool already builds, instead of repeating it in --extra-args.
-DUPLICATE_FLAG_HINTS = {
-    "--model-path": "use --model-path DIR", "--num-gpus": "pick a preset for that many GPUs (e.g. flux-1gpu)",
-    **{f"--{f.replace('_', '-')}": f"use --override {f}=VALUE" for f in (
-        "width", "height", "num_frames", "fps", "num_inference_steps", "guidance_scale", "seed", "prompt")},
-    "--warmup": "the tool asks for a warm-up itself; use --no-warmup to run without",
-    "--warmup-mode": "the tool asks for a warm-up itself; use --no-warmup to run without",
-    "--enable-breakable-cuda-graph": "use --breakable-cuda-graph, or --campaign abba",
-    "--warmup-resolutions": "BCG runs warm up at the request's shape; change it with --override width=/height=",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,16 +156,6 @@ class Invocation:
         return None if self.quality is None else self.quality["ran"]
 
 
-def _require_choice(engine: EngineCapabilities, flag: str, value: str | None) -> None:
-    """A first-class option's flag must exist in the engine, and its value be one the engine's parser accepts."""
-    if not engine.has_flag(flag):
-        _refuse_missing([flag], engine, f"{flag}{' ' + value if value else ''}")
-    choices = engine.choices.get(flag)
-    if value is not None and choices and value not in choices:
-        raise contract.PreconditionError("engine.choice_unsupported", f"{engine.label} accepts {flag} "
-                                         f"{'|'.join(choices)}, not {value!r}", "pick one the engine accepts")
-
-
 def output_file_stem(rid: str) -> str:
     """The media file name the engine keeps as given: sglang sanitises ``--output-file-name`` (it collapses ``__``
     to ``_``), so a name passed with ``__`` is saved under another name and the artifact gate would miss it.
@@ -200,40 +167,6 @@ def run_id(preset: Preset, options: RunOptions) -> str:
     """``<preset>__<label>[__<arm>][__rNNpNN]``. Labels and arms hold neither '_' nor '.', so neither
     ``flux__base__*`` nor ``flux__base.*`` can match a file of label ``baseline`` (or of any other run)."""
     return f"{preset.name}__{options.run_id_suffix}"
-
-
-def _refuse_missing(missing: list[str], engine: EngineCapabilities, where: str) -> None:
-    if engine.degraded:  # the flags may well exist: the degraded probe only read the sources
-        raise contract.PreconditionError(
-            "engine.probe_degraded", f"{engine.label}: cannot confirm {', '.join(missing)} (needed by {where}) "
-            "because the probe could not import the engine's parser", engine.degraded_reason(),
-            details={"missing_flags": missing, "engine_version": engine.version})
-    hints = [f"{flag}: {MISSING_FLAG_HINTS.get(flag, 'upgrade sglang or choose a preset without it')}"
-             for flag in missing]
-    raise contract.PreconditionError(
-        "engine.flag_missing", f"{engine.label} has no {', '.join(missing)} (needed by {where})",
-        "; ".join(hints), details={"missing_flags": missing, "engine_version": engine.version})
-
-
-def _refuse_duplicates(preset: Preset, preset_args: Sequence[str], tool_args: Sequence[str],
-                       options: RunOptions) -> None:
-    """A flag given twice would reach the engine twice and the later one would silently win: refuse instead,
-    naming the option each copy came from and, for a preset's flag, the option that changes it for one arm."""
-    by_preset = f"preset {preset.name}"
-    duplicates = argv_tokens.duplicate_flags([(by_preset, preset_args), ("the tool", tool_args),
-                                              ("--extra-args", options.extra_args),
-                                              (options.arm_options[0], options.arm_args)])
-    if duplicates:
-        flags = sorted(duplicates)
-        preset_hint = ("the preset sets it; change its value for this arm with " + options.arm_options[1]
-                       + " {name}=VALUE" if options.arm_args else "the preset sets it; change its value for one arm "
-                       "with --campaign ab --arm-b-override-flag {name}=VALUE (or --arm-a-override-flag)")
-        raise contract.UsageError(
-            "usage.duplicate_flag", "flag(s) given more than once: " + "; ".join(
-                f"{f} (by {' and '.join(dict.fromkeys(duplicates[f]))})" for f in flags),
-            "; ".join(f"{f}: " + DUPLICATE_FLAG_HINTS.get(
-                f, preset_hint.format(name=f[2:]) if by_preset in duplicates[f] else "give it once") for f in flags),
-            details={"duplicates": duplicates})
 
 
 def _preset_args(preset: Preset, overrides: Sequence[tuple[str, str]], option: str) -> tuple[str, ...]:
@@ -261,6 +194,35 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     ``tiny_model.ensure_tiny_flux``); ``asset_filenames`` maps asset ids to file names in ``assets_dir``.
     """
     options.validate()
+    _check_buildable(preset, model_path)
+    warnings: list[tuple[str, str]] = []
+    rid = run_id(preset, options)
+    run_dir = output_root / rid
+    perf_dump = run_dir / f"{rid}.perf.json"
+    request = _request_args(preset, run_dir / f"{rid}.config.json", model_path, assets_dir, asset_filenames)
+    preset_args = _preset_args(preset, options.arm_flag_overrides, options.arm_options[1])
+    preset_flags = {argv_tokens.flag_name(t) for t in preset_args}
+    tool_args = [*_quality_args(engine, options, warnings), *(["--save-output"] if options.save_output else []),
+                 *_residency_args(engine, options, preset_flags), *_bcg_args(preset, engine, options, preset_flags,
+                                                                             warnings),
+                 *_compile_args(preset, options, warnings),
+                 "--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name",
+                 output_file_stem(rid)]
+    flag_checks.refuse_duplicates(preset, preset_args, [*request.argv, *tool_args], options.extra_args,
+                                  options.arm_args, options.arm_options)
+    engine_argv = [*request.argv, *preset_args, *tool_args, *options.extra_args, *options.arm_args]
+    flag_checks.check_flags(preset, engine, engine_argv, warnings)
+    _warn_offload_autofill(engine, options, preset_flags, warnings)
+    env_set, env_copy, env_unset = _child_env(preset, caller_env, warnings)
+    return Invocation(run_id=rid, preset=preset.name, argv=(*sglang_cli, *engine_argv), env_set=env_set,
+                      env_copy=env_copy, env_unset=env_unset, num_gpus=preset.num_gpus, run_dir=run_dir,
+                      perf_dump_path=perf_dump, output_dir=run_dir, output_file_stem=output_file_stem(rid),
+                      config_path=request.config_path, config_content=request.config_content,
+                      required_assets=request.required_assets, requires_hf_token=preset.gated,
+                      warnings=tuple(warnings), quality=_quality_record(engine, engine_argv))
+
+
+def _check_buildable(preset: Preset, model_path: str | None) -> None:
     if preset.unknown_fields:
         raise contract.PreconditionError(
             "preset.incomplete", f"preset {preset.name!r} cannot be built: the reference leaves "
@@ -272,12 +234,22 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
         raise contract.PreconditionError("preset.local_model_unresolved",
                                          f"preset {preset.name!r} needs the local model {preset.local_model!r}",
                                          "resolve it first (sgl_diffusion_bench.engine.tiny_model.ensure_tiny_flux)")
-    warnings: list[tuple[str, str]] = []
-    rid = run_id(preset, options)
-    run_dir = output_root / rid
-    perf_dump = run_dir / f"{rid}.perf.json"
-    argv: list[str] = [*sglang_cli, BACKEND_PIN, f"--model-path={model_path or preset.model}",
-                       f"--prompt={preset.prompt}", f"--seed={preset.seed}"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """The request's own flags (model, prompt, seed, input image, config file, shape, parallel layout)."""
+
+    argv: tuple[str, ...]
+    required_assets: tuple[Path, ...]
+    config_path: Path | None
+    config_content: str | None
+
+
+def _request_args(preset: Preset, config_path: Path, model_path: str | None, assets_dir: Path,
+                  asset_filenames: Mapping[str, str] | None) -> _Request:
+    argv = [BACKEND_PIN, f"--model-path={model_path or preset.model}", f"--prompt={preset.prompt}",
+            f"--seed={preset.seed}"]
     if preset.negative_prompt is not None:
         argv.append(f"--negative-prompt={preset.negative_prompt}")
     required_assets: list[Path] = []
@@ -288,37 +260,38 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
                                       "which the asset manifest does not list", "add it to data/assets.yaml")
         required_assets.append(assets_dir / filename)
         argv.append(f"--image-path={assets_dir / filename}")
-    config_path = config_content = None
+    config_content = None
     if preset.config_overrides is not None:
-        config_path = run_dir / f"{rid}.config.json"
         config_content = json.dumps(preset.config_overrides, indent=2, sort_keys=True) + "\n"
         argv.append(f"--config={config_path}")
     argv += preset.shape_args()
     if preset.num_gpus > 1:
         argv.append(f"--num-gpus={preset.num_gpus}")
-    preset_start = len(argv)
-    preset_args = _preset_args(preset, options.arm_flag_overrides, options.arm_options[1])
-    argv += preset_args
-    preset_flags = {argv_tokens.flag_name(t) for t in preset_args}
+    return _Request(tuple(argv), tuple(required_assets), config_path if config_content else None, config_content)
 
+
+def _quality_args(engine: EngineCapabilities, options: RunOptions, warnings: list[tuple[str, str]]) -> list[str]:
     if engine.quality_values is None:
         if options.quality is not None:
-            _refuse_missing(["--quality"], engine, f"--quality {options.quality}")
+            flag_checks.refuse_missing(["--quality"], engine, f"--quality {options.quality}")
         warnings.append(("engine.no_quality_levels", f"{engine.label} has no --quality; the run uses the "
                          "engine's only numerics (comparable to other runs on this engine only)"))
-    else:
-        quality = options.quality or DEFAULT_QUALITY
-        if not engine.quality_values:
-            _refuse_missing(["--quality"], engine, f"--quality {quality}")
-        if quality not in engine.quality_values:
-            raise contract.PreconditionError(
-                "engine.quality_unsupported", f"{engine.label} accepts --quality {'|'.join(engine.quality_values)}, "
-                f"not {quality!r}", "pick one the engine accepts")
-        argv.append(f"--quality={quality}")
-    if options.save_output:
-        argv.append("--save-output")
+        return []
+    quality = options.quality or DEFAULT_QUALITY
+    if not engine.quality_values:
+        flag_checks.refuse_missing(["--quality"], engine, f"--quality {quality}")
+    if quality not in engine.quality_values:
+        raise contract.PreconditionError(
+            "engine.quality_unsupported", f"{engine.label} accepts --quality {'|'.join(engine.quality_values)}, "
+            f"not {quality!r}", "pick one the engine accepts")
+    return [f"--quality={quality}"]
+
+
+def _residency_args(engine: EngineCapabilities, options: RunOptions, preset_flags: set[str | None]) -> list[str]:
+    """Warm-up, performance mode and component placement, each checked against the probe."""
+    argv: list[str] = []
     if options.warmup_mode is not None:
-        _require_choice(engine, "--warmup-mode", options.warmup_mode)
+        flag_checks.require_choice(engine, "--warmup-mode", options.warmup_mode)
         argv += ["--warmup-mode", options.warmup_mode]
     elif options.warmup and not preset_flags & set(WARMUP_FLAGS):
         if engine.warmup_flag == "--warmup-mode":
@@ -326,86 +299,79 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
         elif engine.warmup_flag == "--warmup":
             argv.append("--warmup")
         else:
-            _refuse_missing(["--warmup-mode"], engine, "warmup (pass --no-warmup to run cold)")
+            flag_checks.refuse_missing(["--warmup-mode"], engine, "warmup (pass --no-warmup to run cold)")
     if options.warmup_steps is not None:
-        _require_choice(engine, "--warmup-steps", None)
+        flag_checks.require_choice(engine, "--warmup-steps", None)
         argv += ["--warmup-steps", str(options.warmup_steps)]
     if options.performance_mode is not None:
-        _require_choice(engine, "--performance-mode", options.performance_mode)
+        flag_checks.require_choice(engine, "--performance-mode", options.performance_mode)
         argv += ["--performance-mode", options.performance_mode]
     if options.component_residency:
-        _require_choice(engine, "--component-residency", None)
+        flag_checks.require_choice(engine, "--component-residency", None)
         argv += ["--component-residency", *options.component_residency]
-    if options.breakable_cuda_graph:
-        if not engine.has_bcg:
-            _refuse_missing(["--enable-breakable-cuda-graph"], engine, "--breakable-cuda-graph")
-        argv.append("--enable-breakable-cuda-graph")
-        if "--warmup-resolutions" not in preset_flags:
-            resolutions = list(preset.bcg_warmup_resolutions) or (
-                [f"{preset.width}x{preset.height}"] if preset.width and preset.height else [])
-            if resolutions:
-                argv += ["--warmup-resolutions", *resolutions]
-            else:
-                warnings.append(("bcg.no_warmup_resolution", f"preset {preset.name!r} has no shape or "
-                                 "bcg_warmup_resolutions: BCG seeds only the model's default resolution"))
-        if "--warmup-num-frames" not in preset_flags and preset.num_frames:
-            argv += ["--warmup-num-frames", str(preset.num_frames)]
-        if options.bcg_text_buckets:
-            argv += ["--bcg-text-buckets", *map(str, options.bcg_text_buckets)]
-    if options.torch_compile:
-        if preset.force_eager:
-            warnings.append(("compile.force_eager", f"preset {preset.name!r} is always eager; "
-                             "--torch-compile was not applied"))
-        else:
-            argv.append("--enable-torch-compile")
-    argv += ["--perf-dump-path", str(perf_dump), "--output-path", str(run_dir), "--output-file-name",
-             output_file_stem(rid)]
-    preset_end = preset_start + len(preset_args)
-    _refuse_duplicates(preset, preset_args, argv[len(sglang_cli):preset_start] + argv[preset_end:], options)
-    argv += [*options.extra_args, *options.arm_args]
+    return argv
 
-    engine_argv = argv[len(sglang_cli):]
-    missing, model_dependent = [], []
-    for flag in dict.fromkeys(filter(None, map(argv_tokens.flag_name, engine_argv))):
-        accepted = engine.flag_acceptance(flag)
-        if accepted is None:
-            missing.append(flag)
-        elif accepted == "model-dependent":
-            model_dependent.append(flag)
-    if missing:
-        _refuse_missing(sorted(missing), engine, f"preset {preset.name!r} with these options")
-    for flag in model_dependent:
-        warnings.append(("engine.flag_model_dependent", f"{flag} is a per-component or pipeline-contributed flag: "
-                         f"{engine.label} accepts its form, but whether the model has that component or pipeline "
-                         "option is only known once the model loads"))
-    quality_record = None
-    if engine.quality_values is not None:
-        passed = argv_tokens.last_value(engine_argv, "--quality")
-        quality_record = {"requested": passed, "ran": engine.canonical_quality(passed),
-                          "source": "the last --quality on the argv, resolved by the engine's alias table"
-                          + (f" ({passed} -> {engine.canonical_quality(passed)})"
-                             if passed != engine.canonical_quality(passed) else "")}
-    if engine.version and "--performance-mode" not in engine.flags and "--dit-cpu-offload" not in preset_flags \
-            and "--dit-cpu-offload" not in {argv_tokens.flag_name(t) for t in (*options.extra_args, *options.arm_args)}:
+
+def _bcg_args(preset: Preset, engine: EngineCapabilities, options: RunOptions, preset_flags: set[str | None],
+              warnings: list[tuple[str, str]]) -> list[str]:
+    if not options.breakable_cuda_graph:
+        return []
+    if not engine.has_bcg:
+        flag_checks.refuse_missing(["--enable-breakable-cuda-graph"], engine, "--breakable-cuda-graph")
+    argv = ["--enable-breakable-cuda-graph"]
+    if "--warmup-resolutions" not in preset_flags:
+        resolutions = list(preset.bcg_warmup_resolutions) or (
+            [f"{preset.width}x{preset.height}"] if preset.width and preset.height else [])
+        if resolutions:
+            argv += ["--warmup-resolutions", *resolutions]
+        else:
+            warnings.append(("bcg.no_warmup_resolution", f"preset {preset.name!r} has no shape or "
+                             "bcg_warmup_resolutions: BCG seeds only the model's default resolution"))
+    if "--warmup-num-frames" not in preset_flags and preset.num_frames:
+        argv += ["--warmup-num-frames", str(preset.num_frames)]
+    if options.bcg_text_buckets:
+        argv += ["--bcg-text-buckets", *map(str, options.bcg_text_buckets)]
+    return argv
+
+
+def _compile_args(preset: Preset, options: RunOptions, warnings: list[tuple[str, str]]) -> list[str]:
+    if not options.torch_compile:
+        return []
+    if preset.force_eager:
+        warnings.append(("compile.force_eager", f"preset {preset.name!r} is always eager; "
+                         "--torch-compile was not applied"))
+        return []
+    return ["--enable-torch-compile"]
+
+
+def _quality_record(engine: EngineCapabilities, engine_argv: Sequence[str]) -> dict[str, Any] | None:
+    if engine.quality_values is None:
+        return None
+    passed = argv_tokens.last_value(engine_argv, "--quality")
+    return {"requested": passed, "ran": engine.canonical_quality(passed),
+            "source": "the last --quality on the argv, resolved by the engine's alias table"
+            + (f" ({passed} -> {engine.canonical_quality(passed)})" if passed != engine.canonical_quality(passed)
+               else "")}
+
+
+def _warn_offload_autofill(engine: EngineCapabilities, options: RunOptions, preset_flags: set[str | None],
+                           warnings: list[tuple[str, str]]) -> None:
+    given = preset_flags | {argv_tokens.flag_name(t) for t in (*options.extra_args, *options.arm_args)}
+    if engine.version and "--performance-mode" not in engine.flags and "--dit-cpu-offload" not in given:
         warnings.append(("engine.offload_autofill", f"{engine.label} fills unset offload flags itself (DiT and "
                          "text-encoder CPU offload on); the numbers include offload traffic unless you pass "
                          "--extra-args='--dit-cpu-offload false --text-encoder-cpu-offload false'"))
 
-    env_set = {}
-    for name, value in {**BENCH_ENV_DEFAULTS, **preset.env}.items():
-        if name not in caller_env:  # setdefault: the caller's environment wins
-            env_set[name] = value
-    for name, value in BENCH_ENV_FORCED.items():
-        if caller_env.get(name) != value:
-            env_set[name] = value
+
+def _child_env(preset: Preset, caller_env: Mapping[str, str],
+               warnings: list[tuple[str, str]]) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
+    """What the engine's environment sets (the caller's values win, except the forced ones), copies and unsets."""
+    env_set = {name: value for name, value in {**BENCH_ENV_DEFAULTS, **preset.env}.items() if name not in caller_env}
+    env_set.update({name: value for name, value in BENCH_ENV_FORCED.items() if caller_env.get(name) != value})
     target, source = hf_settings.TOKEN_MIRROR
     env_copy = {target: source} if caller_env.get(source) and not caller_env.get(target) else {}
     env_unset = tuple(n for n in ENV_UNSET if n in caller_env)
     if preset.gated and not hf_settings.token_vars_set(caller_env):
         warnings.append(("hf.token_missing", f"preset {preset.name!r} is gated and none of "
                          f"{', '.join(hf_settings.TOKEN_VARS)} is set: {hf_settings.MISSING_TOKEN_HINT}"))
-    return Invocation(run_id=rid, preset=preset.name, argv=tuple(argv), env_set=env_set, env_copy=env_copy,
-                      env_unset=env_unset, num_gpus=preset.num_gpus, run_dir=run_dir, perf_dump_path=perf_dump,
-                      output_dir=run_dir, output_file_stem=output_file_stem(rid), config_path=config_path,
-                      config_content=config_content, required_assets=tuple(required_assets),
-                      requires_hf_token=preset.gated, warnings=tuple(warnings), quality=quality_record)
+    return env_set, env_copy, env_unset
