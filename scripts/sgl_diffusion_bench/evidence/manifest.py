@@ -4,11 +4,10 @@ atomically after every change, so an interrupted run leaves a manifest that says
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .. import contract, fileio
+from .. import contract, fileio, inputs
 
 NAME = "evidence.json"
 MANIFEST_SCHEMA = "evidence.v1"
@@ -47,9 +46,9 @@ def load(root: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise contract.InputError("evidence.manifest_unreadable", f"{path} does not parse: {exc}",
+        doc = inputs.load_json(path, "evidence.manifest_unreadable")
+    except contract.InputError as exc:
+        raise contract.InputError("evidence.manifest_unreadable", f"{path} cannot be read: {exc.message}",
                                   "restore it, or choose a new --out") from None
     errors = contract.validation_errors(doc, MANIFEST_SCHEMA) if isinstance(doc, dict) else ["not an object"]
     if errors:

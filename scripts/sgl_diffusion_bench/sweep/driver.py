@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from .. import contract, fileio
+from .. import contract, fileio, inputs
 from . import executors, plan as sweep_plan, spec as sweep_spec, state as sweep_state
 
 PLACEHOLDER_DIR = "{output_dir}"
@@ -30,10 +29,12 @@ def plan(spec_path: str, folder: Path) -> dict[str, Any]:
 def spec_of_folder(folder: Path) -> sweep_spec.Spec:
     mark = folder / sweep_state.MARK
     try:
-        recorded = json.loads(mark.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise contract.UsageError("sweep.not_a_sweep_folder", f"{folder} has no readable {sweep_state.MARK}",
-                                  "give the --folder of an earlier `sweep_diffusion run`") from None
+        recorded = inputs.load_json(mark, "sweep.not_a_sweep_folder")
+    except contract.InputError:
+        recorded = None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("spec"), dict):
+        raise contract.UsageError("sweep.not_a_sweep_folder", f"{folder} has no readable {sweep_state.MARK} with "
+                                  "the sweep's spec", "give the --folder of an earlier `sweep_diffusion run`")
     return sweep_spec.expand(recorded["spec"], str(mark))
 
 

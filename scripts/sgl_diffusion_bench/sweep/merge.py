@@ -5,11 +5,10 @@ shard that did not finish, with its reason."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from .. import work_dirs
+from .. import contract, inputs, work_dirs
 from ..judging import baseline_check
 from . import driver, plan as sweep_plan, state as sweep_state
 
@@ -30,10 +29,10 @@ def _report_of(folder: Path, shard_id: str, found: dict[str, Any]) -> dict[str, 
         [directory / f"attempt-{found['attempts']}.stdout.json"]
     for path in candidates:
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            document = inputs.load_json(path, "sweep.result_unreadable")
+        except contract.InputError:
             continue
-        if document.get("schema") == "bench-report.v1":
+        if isinstance(document, dict) and document.get("schema") == "bench-report.v1":
             return document
     return None
 

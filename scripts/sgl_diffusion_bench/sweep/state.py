@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .. import contract, fileio, owner
+from .. import contract, fileio, inputs, owner
 
 MARK = "sweep.json"
 STATUSES = ("done", "running", "failed", "pending")
@@ -42,9 +42,14 @@ def prepare(folder: Path, name: str, spec_document: dict[str, Any]) -> None:
         raise contract.UsageError("sweep.folder_not_ours", f"{folder} is not empty and is not a sweep folder",
                                   "give --folder a new or empty directory, or one an earlier sweep made")
     if mark.is_file():
-        earlier = json.loads(mark.read_text(encoding="utf-8"))
-        if earlier.get("name") != name:
-            raise contract.UsageError("sweep.folder_not_ours", f"{folder} holds sweep {earlier.get('name')!r}, "
+        try:
+            earlier = inputs.load_json(mark, "sweep.folder_not_ours")
+        except contract.InputError as exc:
+            raise contract.UsageError("sweep.folder_not_ours", f"{folder} has a {MARK} that cannot be read: "
+                                      f"{exc.message}", "use another --folder for this sweep") from None
+        recorded = earlier.get("name") if isinstance(earlier, dict) else None
+        if recorded != name:
+            raise contract.UsageError("sweep.folder_not_ours", f"{folder} holds sweep {recorded!r}, "
                                       f"not {name!r}", "use another --folder for another sweep")
     try:
         (folder / "shards").mkdir(parents=True, exist_ok=True)
@@ -57,9 +62,10 @@ def prepare(folder: Path, name: str, spec_document: dict[str, Any]) -> None:
 
 def read_state(folder: Path, shard_id: str) -> dict[str, Any] | None:
     try:
-        return json.loads((shard_dir(folder, shard_id) / "state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        state = inputs.load_json(shard_dir(folder, shard_id) / "state.json", "sweep.state_unreadable")
+    except contract.InputError:
         return None
+    return state if isinstance(state, dict) else None
 
 
 def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:

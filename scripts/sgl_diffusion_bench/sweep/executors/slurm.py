@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ... import contract, fileio, progress
+from ... import contract, fileio, inputs, progress
 from .. import state as sweep_state
 from .. import worker
 from . import Job, Options, missing_extra, too_big
@@ -141,9 +141,10 @@ def wait(folder: Path, job_ids: dict[str, str]) -> None:
 
 def recorded_jobs(folder: Path) -> dict[str, str]:
     try:
-        return json.loads((folder / JOBS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        jobs = inputs.load_json(folder / JOBS_FILE, "sweep.jobs_unreadable")
+    except contract.InputError:
         return {}
+    return {str(k): str(v) for k, v in jobs.items()} if isinstance(jobs, dict) else {}
 
 
 def cancel(job_id: str) -> None:
