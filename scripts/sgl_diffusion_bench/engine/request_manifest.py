@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import re
 import sys
 from pathlib import Path
@@ -88,6 +89,14 @@ def _bad_line(path: Path, line: int | None, message: str) -> contract.InputError
                                "negative_prompt, guidance_scale, sampling_params)", details={"line": line})
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _int_field(value: Any, name: str, path: Path, line: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _bad_line(path, line, f"{name} must be a positive integer, got {value!r}")
@@ -103,13 +112,19 @@ def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int]) 
                                   "sample_requests.jsonl is one)")
     try:
         loaded = _engine_loader(package_dir)(path)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: a line nested deeper than json can parse
         match = re.search(r"[Ll]ine (\d+)", str(exc))
         line = int(match[1]) if match else None
-        raise _bad_line(path, line, f"the engine's manifest parser refused it: {exc}") from None
-    numbered = [n for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text.strip()]
+        raise _bad_line(path, line, f"the engine's manifest parser refused it: {exc or type(exc).__name__}") from None
+    with path.open(encoding="utf-8") as file:  # split as the engine's reader splits (not str.splitlines)
+        numbered = [n for n, text in enumerate(file, 1) if text.strip()]
     specs = []
     for request, line in zip(loaded.requests, numbered, strict=True):
+        for name, text in (("request_id", request.request_id), ("prompt", request.prompt),
+                           ("negative_prompt", request.sampling_params.get("negative_prompt"))):
+            if isinstance(text, str) and not _encodable(text):
+                raise _bad_line(path, line, f"{name} holds a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+                                            "which no UTF-8 output can carry")
         sampling = dict(request.sampling_params)
         if "image_path" in sampling:
             raise _bad_line(path, line, "image_paths: manifest requests run as text-to-image requests only")
@@ -122,8 +137,9 @@ def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int]) 
             if name in sampling:
                 _int_field(sampling[name], name, path, line)
         guidance = sampling.get("guidance_scale", 0.0)
-        if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or guidance < 0:
-            raise _bad_line(path, line, f"guidance_scale must be a number >= 0, got {guidance!r}")
+        if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or not math.isfinite(guidance) \
+                or guidance < 0:
+            raise _bad_line(path, line, f"guidance_scale must be a finite number >= 0, got {guidance!r}")
         if "seed" in sampling and (isinstance(sampling["seed"], bool) or not isinstance(sampling["seed"], int)):
             raise _bad_line(path, line, f"seed must be an integer, got {sampling['seed']!r}")
         specs.append(RequestSpec(request.request_id, request.prompt, width, height, sampling, line))

@@ -1,0 +1,53 @@
+"""A request manifest is untrusted input: it is split into lines exactly as the engine's reader splits them, and a
+line that would crash a later step (a non-finite guidance scale, a lone surrogate, a line nested past json's limit)
+is refused naming its line, before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sgl_diffusion_bench import contract, work_dirs
+from sgl_diffusion_bench.engine import request_manifest
+
+LOCATION = work_dirs.sglang_location()
+PACKAGE_DIR = Path(LOCATION["package_dir"]) if LOCATION["installed"] else None
+pytestmark = pytest.mark.skipif(PACKAGE_DIR is None or not (PACKAGE_DIR / request_manifest.MANIFEST_SOURCE).is_file(),
+                                reason="needs an installed sglang that ships the manifest parser (0.5.23+)")
+
+
+def _load(tmp_path: Path, text: str):
+    path = tmp_path / "requests.jsonl"
+    path.write_text(text, encoding="utf-8")
+    return request_manifest.load_manifest(path, PACKAGE_DIR, (64, 64))
+
+
+def _refused(tmp_path: Path, text: str) -> contract.InputError:
+    with pytest.raises(contract.InputError) as refused:
+        _load(tmp_path, text)
+    assert refused.value.code == "input.bad_manifest"
+    return refused.value
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_guidance_scale_is_refused_with_its_line(tmp_path, value):
+    good = json.dumps({"prompt": "a cat", "request_id": "r1"})
+    refused = _refused(tmp_path, good + "\n" + '{"prompt": "a dog", "request_id": "r2", "guidance_scale": '
+                       + value + "}\n")
+    assert refused.details["line"] == 2 and "finite" in refused.message
+
+
+def test_a_line_separator_inside_a_prompt_keeps_the_line_numbers_the_engine_gives(tmp_path):
+    text = "".join(json.dumps({"prompt": f"one\u2028two\x85three {n}", "request_id": f"r{n}"}, ensure_ascii=False)
+                   + "\n" for n in range(3))
+    specs, _ = _load(tmp_path, text)
+    assert [s.line for s in specs] == [1, 2, 3] and specs[2].prompt == "one\u2028two\x85three 2"
+
+
+def test_a_lone_surrogate_and_a_deep_line_are_refused_with_their_lines(tmp_path):
+    refused = _refused(tmp_path, '{"prompt": "ok", "request_id": "a"}\n{"prompt": "bad \\ud800", "request_id": "b"}\n')
+    assert refused.details["line"] == 2 and "surrogate" in refused.message
+    deep = '{"prompt": "p", "request_id": "d", "sampling_params": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    assert "refused" in _refused(tmp_path, deep).message
