@@ -209,7 +209,7 @@ def redact_values(value: Any, secrets: Iterable[str] | None = None) -> Any:
     return value
 
 
-def dumps(document: dict[str, Any]) -> str:
+def dumps(document: dict[str, Any], *, ascii_only: bool = False) -> str:
     kept = {k: document[k] for k in ENVELOPE_CONSTANTS if k in document}
-    return json.dumps({**redact_values(document), **kept}, indent=2, sort_keys=True, ensure_ascii=False,
+    return json.dumps({**redact_values(document), **kept}, indent=2, sort_keys=True, ensure_ascii=ascii_only,
                       allow_nan=False)

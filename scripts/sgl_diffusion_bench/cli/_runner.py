@@ -111,8 +111,21 @@ def write_output_file(path: str | Path, text: str, flag: str) -> str:
 
 def _print_human(text: str | None, stream) -> None:
     if text:
-        stream.write(contract.redact(text).rstrip("\n") + "\n")
+        stream.write(_writable(contract.redact(text).rstrip("\n")) + "\n")
         stream.flush()
+
+
+def _writable(text: str) -> str:
+    """``text`` as any UTF-8 stream can carry it: a lone surrogate (from an exception's text, a hostile input) is
+    written as its backslash escape instead of failing the write."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _serialised(document: dict) -> str:
+    """The document's JSON, always writable: with a lone surrogate in a string, every non-ASCII character is
+    escaped (still JSON that reads back to the same document)."""
+    text = contract.dumps(document)
+    return text if _writable(text) == text else contract.dumps(document, ascii_only=True)
 
 
 def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Result],
@@ -158,11 +171,11 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
                                  exit_code=contract.ExitCode.INTERNAL)
         result, exit_code = Result(contract.error_document(err, tool), f"error [{err.code}]: {err.message}"), 70
     if as_json:
-        sys.stdout.write(contract.dumps(result.document) + "\n")
+        sys.stdout.write(_serialised(result.document) + "\n")
         sys.stdout.flush()
         _print_human(result.text if exit_code else None, sys.stderr)
     else:
-        _print_human(result.text if result.text is not None else contract.dumps(result.document),
+        _print_human(result.text if result.text is not None else _serialised(result.document),
                      sys.stdout if exit_code == 0 else sys.stderr)
     return exit_code
 
