@@ -75,3 +75,17 @@ def test_the_dry_run_of_a_preset_that_cannot_run_here_says_so():
     elsewhere = run_script("bench_diffusion_denoise", "--model", "wan-ti2v", "--dry-run", "--engine-capabilities",
                            "recent", "--json")
     assert elsewhere.returncode == 0 and elsewhere.document["ok"]  # a plan for another machine
+
+
+@pytest.mark.parametrize("endpoint", ["http://[::1", "hf-mirror.example", "ftp://host", "https://"])
+def test_a_malformed_hf_endpoint_is_a_clear_refusal_not_a_traceback(endpoint):
+    """huggingface_hub raises while it imports when HF_ENDPOINT is no URL; every command checks it first."""
+    from sgl_diffusion_bench import hf_settings
+
+    assert hf_settings.endpoint_problem({"HF_ENDPOINT": endpoint})
+    assert hf_settings.endpoint_problem({"HF_ENDPOINT": "https://hf-mirror.example/"}) is None
+    assert hf_settings.endpoint_problem({}) is None
+    run = run_script("check_readiness", "--model", "flux", "--engine-capabilities", "recent", "--json",
+                     env={"HF_ENDPOINT": endpoint})
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.document["error"]["code"] == "config.bad_hf_endpoint"

@@ -7,10 +7,9 @@ values from ``ENV_VARS_TRUE_VALUES``), applied to any environment, e.g. the one 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Mapping
-
-from huggingface_hub import constants as hub_constants
 
 # huggingface_hub reads HF_TOKEN, then HUGGING_FACE_HUB_TOKEN; older diffusers and sglang code read
 # HUGGINGFACE_HUB_TOKEN. All three are secrets: presence only, never the value.
@@ -30,6 +29,8 @@ def offline(environ: Mapping[str, str] | None = None) -> bool:
     """Whether huggingface_hub would run offline in ``environ`` (default: this process's environment)."""
     env = os.environ if environ is None else environ
     value = next((env[name] for name in OFFLINE_VARS if env.get(name)), None)
+    from huggingface_hub import constants as hub_constants  # it parses HF_ENDPOINT as it loads: see endpoint_problem
+
     return value is not None and value.upper() in hub_constants.ENV_VARS_TRUE_VALUES
 
 
@@ -57,3 +58,19 @@ def token_available(environ: Mapping[str, str] | None = None) -> bool:
         return path.is_file() and path.stat().st_size > 0
     except OSError:
         return False
+
+
+def endpoint_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why ``HF_ENDPOINT`` cannot be used, or None. huggingface_hub parses it while it imports and raises on a
+    malformed URL, so every command checks it first and refuses with this reason instead of a traceback."""
+    value = (os.environ if environ is None else environ).get("HF_ENDPOINT")
+    if not value:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(value)
+        host = parts.hostname
+    except ValueError as exc:
+        return f"HF_ENDPOINT={value!r} is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not host:
+        return f"HF_ENDPOINT={value!r} is not an http(s) URL with a host"
+    return None

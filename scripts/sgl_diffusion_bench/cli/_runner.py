@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import bench_env, contract, progress, selftest
+from .. import bench_env, contract, hf_settings, progress, selftest
 
 DEBUG_ENV = bench_env.DEBUG
 
@@ -139,6 +139,10 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         progress.set_quiet(bool(getattr(args, "quiet", False)))
+        endpoint_problem = hf_settings.endpoint_problem()
+        if endpoint_problem:
+            raise contract.UsageError("config.bad_hf_endpoint", endpoint_problem,
+                                      "unset HF_ENDPOINT, or set it to the hub (or mirror) URL, e.g. https://huggingface.co")
         if args.self_test:
             doc = selftest.run_checks(tool, self_tests())
             result = Result(doc, selftest.render_text(doc))
