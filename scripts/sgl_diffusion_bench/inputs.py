@@ -123,3 +123,13 @@ def load_json(path: str | Path, code: str) -> Any:
     """A JSON (or .json.gz) input file, refused as InputError on any of the hazards in the module docstring."""
     data = read_bytes(path, code)
     return parse_json(decode_text(data, str(path), code), str(path), code)
+
+
+def load_object_or_none(path: str | Path) -> dict[str, Any] | None:
+    """A JSON object the tools keep in their own folders (a sweep's state, a shard's result): None when it is
+    missing, unreadable, hostile (any hazard above) or not an object, so the caller treats it as absent."""
+    try:
+        document = load_json(path, "input.unreadable")
+    except contract.InputError:
+        return None
+    return document if isinstance(document, dict) else None

@@ -28,11 +28,8 @@ def plan(spec_path: str, folder: Path) -> dict[str, Any]:
 
 def spec_of_folder(folder: Path) -> sweep_spec.Spec:
     mark = folder / sweep_state.MARK
-    try:
-        recorded = inputs.load_json(mark, "sweep.not_a_sweep_folder")
-    except contract.InputError:
-        recorded = None
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("spec"), dict):
+    recorded = inputs.load_object_or_none(mark)
+    if recorded is None or not isinstance(recorded.get("spec"), dict):
         raise contract.UsageError("sweep.not_a_sweep_folder", f"{folder} has no readable {sweep_state.MARK} with "
                                   "the sweep's spec", "give the --folder of an earlier `sweep_diffusion run`")
     return sweep_spec.expand(recorded["spec"], str(mark))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import contract, inputs, work_dirs
+from .. import inputs, work_dirs
 from ..judging import baseline_check
 from . import driver, plan as sweep_plan, state as sweep_state
 
@@ -28,11 +28,8 @@ def _report_of(folder: Path, shard_id: str, found: dict[str, Any]) -> dict[str, 
     candidates = [directory / "result.json"] if found["status"] == "done" else \
         [directory / f"attempt-{found['attempts']}.stdout.json"]
     for path in candidates:
-        try:
-            document = inputs.load_json(path, "sweep.result_unreadable")
-        except contract.InputError:
-            continue
-        if isinstance(document, dict) and document.get("schema") == "bench-report.v1":
+        document = inputs.load_object_or_none(path)
+        if document is not None and document.get("schema") == "bench-report.v1":
             return document
     return None
 

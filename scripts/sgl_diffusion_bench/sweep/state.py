@@ -61,11 +61,7 @@ def prepare(folder: Path, name: str, spec_document: dict[str, Any]) -> None:
 
 
 def read_state(folder: Path, shard_id: str) -> dict[str, Any] | None:
-    try:
-        state = inputs.load_json(shard_dir(folder, shard_id) / "state.json", "sweep.state_unreadable")
-    except contract.InputError:
-        return None
-    return state if isinstance(state, dict) else None
+    return inputs.load_object_or_none(shard_dir(folder, shard_id) / "state.json")
 
 
 def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:

@@ -140,11 +140,8 @@ def wait(folder: Path, job_ids: dict[str, str]) -> None:
 
 
 def recorded_jobs(folder: Path) -> dict[str, str]:
-    try:
-        jobs = inputs.load_json(folder / JOBS_FILE, "sweep.jobs_unreadable")
-    except contract.InputError:
-        return {}
-    return {str(k): str(v) for k, v in jobs.items()} if isinstance(jobs, dict) else {}
+    jobs = inputs.load_object_or_none(folder / JOBS_FILE) or {}
+    return {str(k): str(v) for k, v in jobs.items()}
 
 
 def cancel(job_id: str) -> None:
