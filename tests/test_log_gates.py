@@ -110,8 +110,14 @@ def _marker(document: dict, marker_id: str) -> dict:
     (lambda d: _marker(d, "generation_failed").update(example="all fine"), "log_markers.invalid",
      ["generation_failed", "example"]),
     (lambda d: _marker(d, "stage_error").update(regex="([unclosed"), "log_markers.invalid", ["stage_error", "regex"]),
-    (lambda d: _marker(d, "bcg_captured").update(releases=["0.5.99"]), "log_markers.invalid",
+    (lambda d: _marker(d, "bcg_captured").update(since="0.5.99"), "log_markers.invalid",
      ["bcg_captured", "0.5.99"]),
+    (lambda d: _marker(d, "bcg_captured").update(until="0.5.10.post1"), "log_markers.invalid",
+     ["bcg_captured", "until", "0.5.10.post1"]),
+    (lambda d: _marker(d, "oom_detected").update(also_in=["main"]), "log_markers.invalid",
+     ["oom_detected", "also_in"]),
+    (lambda d: _marker(d, "generated_n_outputs").update(also_in=["0.5.10.post1"]), "log_markers.invalid",
+     ["generated_n_outputs", "also_in"]),
     (lambda d: _marker(d, "output_saved").update(substring="x"), datafile.DATA_FILE_INVALID, ["output_saved"]),
     (lambda d: d["markers"].append(dict(_marker(d, "oom_detected"))), "log_markers.invalid",
      ["oom_detected", "duplicate"]),
@@ -128,6 +134,35 @@ def test_a_bad_markers_file_is_an_input_error_naming_the_entry_and_field(tmp_pat
     assert caught.value.code == code and caught.value.exit_code == contract.ExitCode.USAGE
     for word in words:
         assert word in caught.value.message
+
+
+def test_a_made_up_release_is_one_edit_of_the_markers_file(tmp_path):
+    """What a routine engine release costs: one entry under releases, since/until on the markers it adds or drops,
+    all in data/log_markers.yaml. Nothing else is read to select or apply a release's markers."""
+    def add_release(document: dict) -> None:
+        document["releases"].insert(2, {"id": "0.5.30", "version": "0.5.30", "bcg_supported": True,
+                                        "notes": "made up: prints a new ready line, drops the cold-run warning"})
+        _marker(document, "warmup_failed_ran_cold")["until"] = "0.5.30"
+        document["markers"].append({
+            "id": "denoise_finished", "kind": "native_evidence", "code": "backend.native", "since": "0.5.30",
+            "substring": "[DenoisingStage] native path finished", "meaning": "made up",
+            "example": "[12-06 10:00:00] [DenoisingStage] native path finished in 3 steps"})
+
+    path = tmp_path / "log_markers.yaml"
+    path.write_text(yaml.safe_dump(_catalog_with(add_release)))
+    catalog = log_markers.load_catalog(path)
+    made_up, older = catalog.for_version("0.5.30"), catalog.for_version("0.5.23")
+    assert not made_up.selection_warnings and made_up.release.bcg_supported
+    assert "denoise_finished" in {m.id for m in made_up.markers} - {m.id for m in older.markers}
+    assert "warmup_failed_ran_cold" in {m.id for m in older.markers} - {m.id for m in made_up.markers}
+    # the marker the older main prints again stays out of the new release, as it is out of 0.5.23
+    assert "generated_n_outputs" not in {m.id for m in made_up.markers}
+    assert catalog.for_version("0.5.27").release.id == "0.5.30"  # between releases: the newer set
+    gate = log_gates.RequestLogGate(made_up, bcg_expected=False)
+    gate.feed("[12-06 10:00:00] [DenoisingStage] native path finished in 3 steps")
+    gate.feed("Warmup failed, so this request ran cold: 4.07 seconds includes first-use cost")
+    verdict = checked(gate.verdict())
+    assert verdict.native_evidence and "engine.warmup_failed" not in warning_codes(verdict)
 
 
 def test_unreadable_yaml_is_an_input_error(tmp_path):

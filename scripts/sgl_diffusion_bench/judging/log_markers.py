@@ -44,7 +44,7 @@ class Marker:
     code: str
     source: str
     stop: bool
-    releases: tuple[str, ...]
+    releases: tuple[str, ...]  # the releases that print it, from the entry's since/until/also_in
     example: str
 
     def compiled(self, quality: str | None = None) -> re.Pattern[str]:
@@ -141,6 +141,22 @@ def _bad(source: str, field: str, message: str) -> contract.InputError:
                                "fix the entry as the header of data/log_markers.yaml describes")
 
 
+def _printed_by(entry: dict[str, Any], release_ids: list[str], source: str, where: str) -> tuple[str, ...]:
+    """The releases a marker's ``since``/``until``/``also_in`` name, in catalog order."""
+    named = [entry["since"], *([entry["until"]] if "until" in entry else []), *entry.get("also_in", ())]
+    unknown = [r for r in named if r not in release_ids]
+    if unknown:
+        raise _bad(source, f"{where}.since/until/also_in", f"unknown release(s) {unknown}; known: {release_ids}")
+    start = release_ids.index(entry["since"])
+    stop = release_ids.index(entry["until"]) if "until" in entry else len(release_ids)
+    if stop <= start:
+        raise _bad(source, f"{where}.until", f"{entry['until']!r} is not a release after since {entry['since']!r}")
+    again = entry.get("also_in", [])
+    if any(release_ids.index(r) < stop for r in again) or "until" not in entry and again:
+        raise _bad(source, f"{where}.also_in", "names only releases at or after until (and needs until)")
+    return tuple(release_ids[start:stop]) + tuple(r for r in release_ids if r in again)
+
+
 def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatalog:
     """Build the catalog from a document already valid against the schema (datafile.load checks that), checking the
     rules a schema cannot say."""
@@ -162,14 +178,12 @@ def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatal
         where = f"markers[id={entry['id']!r}]"
         if any(m.id == entry["id"] for m in markers):
             raise _bad(source, where, "duplicate id")
-        unknown = [r for r in entry["releases"] if r not in release_ids]
-        if unknown:
-            raise _bad(source, f"{where}.releases", f"unknown release(s) {unknown}; known: {release_ids}")
+        printed_by = _printed_by(entry, release_ids, source, where)
         pattern = _pattern_source(entry)  # not `source`: that names the file in every error below
         if (QUALITY_PLACEHOLDER in pattern) != (entry["kind"] == "late_fusion"):
             raise _bad(source, where, "late_fusion markers, and only they, must contain {quality}")
         marker = Marker(entry["id"], entry["kind"], entry["code"], pattern, entry.get("stop", False),
-                        tuple(entry["releases"]), entry["example"])
+                        printed_by, entry["example"])
         try:
             candidates = [marker.compiled(q) for q in (qualities if marker.kind == "late_fusion" else (None,))]
         except re.error as exc:
