@@ -17,7 +17,7 @@ _ = pytestmark  # pytest reads it
 _ = collect_ignore  # tests/conftest.py: pytest reads it (keeps tests/fixtures out of collection)
 _ = _stop_leftovers  # serving/server.py: registered with atexit by its decorator
 _ = token_present  # model_access.Access: a field serialised by dataclasses.asdict
-# cpu_adapter/sgl_cpu_adapter.py: patched platform methods and their signatures, called by sglang
+# engine/inside/cpu_adapter/sgl_cpu_adapter.py: patched platform methods and their signatures, called by sglang
 _ = get_device_properties, including_emulation, get_local_torch_device, get_attn_backend_cls_str
 _ = dtype, head_size, selected_backend, get_torch_distributed_backend_str, parallel_state, __loader__
 # In code other work is changing now (trace/ per-step figures, the new inputs module); re-check when it lands.

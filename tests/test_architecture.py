@@ -162,6 +162,43 @@ def test_no_module_is_over_the_size_limit(tmp_path):
     assert oversized({"long": long, "short": PACKAGE / "__init__.py"}) == {"long": MAX_MODULE_LINES + 1}
 
 
+# --- engine/inside/: what runs in the engine's interpreter ------------------------------------------------------
+
+INSIDE = PACKAGE / "engine" / "inside"
+ENGINE_STACK = {"sglang", "torch"}  # what the engine's interpreter has besides the standard library
+
+
+def imported_roots(path: Path) -> set[str]:
+    """The top-level names a file imports anywhere in it (relative imports as '.')."""
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            roots.add("." if node.level else (node.module or "").split(".")[0])
+    return roots
+
+
+def test_code_inside_the_engine_imports_only_the_standard_library_and_the_engine_stack():
+    siblings = {p.stem for p in INSIDE.rglob("*.py")}  # sitecustomize imports its sibling as a top-level module
+    files = sorted(INSIDE.rglob("*.py"))
+    assert {"warm_driver", "sgl_cpu_adapter", "sitecustomize"} <= {p.stem for p in files}
+    for path in files:
+        foreign = imported_roots(path) - set(sys.stdlib_module_names) - ENGINE_STACK - siblings
+        assert not foreign, f"{path.relative_to(PACKAGE)} imports {sorted(foreign)}"
+    # and at load time, in an interpreter with no site-packages at all (-S): nothing but the standard library
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c",
+                           "import sys; sys.path[:0] = sys.argv[1:]; import sgl_cpu_adapter, warm_driver",
+                           str(INSIDE / "cpu_adapter"), str(INSIDE)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_inside_check_sees_a_package_import(tmp_path):
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text("import os\nfrom sgl_diffusion_bench import paths\nfrom . import x\n\ndef f():\n    import yaml\n")
+    assert imported_roots(leaky) == {"os", "sgl_diffusion_bench", ".", "yaml"}
+
+
 # --- a refusal comes before anything heavy is loaded ------------------------------------------------------------
 
 HEAVY = ("torch", "sglang", "numpy", "PIL", "skimage")

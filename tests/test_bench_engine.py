@@ -20,7 +20,7 @@ from sgl_diffusion_bench import contract, presets
 from sgl_diffusion_bench.engine import command_builder, engine_probe, tiny_model
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
 from sgl_diffusion_bench.judging.cell import Report
-from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = pytest.mark.engine
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import TEST_FIXTURES
 from engine_release import OLDER_RELEASE, expects
 from sgl_diffusion_bench.engine import engine_process, tiny_model
-from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = [pytest.mark.engine, expects(OLDER_RELEASE)]  # 0.5.23: tests/test_engine_cpu_0523.py
 

@@ -9,7 +9,7 @@ import json
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
-from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
 RECORDED = TEST_FIXTURES / "engine-cpu-0.5.23"
 STAGES = ["InputValidationStage", "TextEncodingStage", "LatentPreparationStage", "TimestepPreparationStage",

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import HF_TOKEN_CANARY
 from sgl_diffusion_bench.engine import engine_process
-from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
 PY = sys.executable
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import TEST_FIXTURES, run_script
 from sgl_diffusion_bench import progress, work_dirs
 from sgl_diffusion_bench.engine import warm_engine
-from sgl_diffusion_bench.warm_driver import MARKER
+from sgl_diffusion_bench.engine.inside.warm_driver import MARKER
 
 RECORDED_WARM_LOG = TEST_FIXTURES / "gpu-h200-0.5.23" / "warm-vs-cold" / "warm-e1.engine.log"
 

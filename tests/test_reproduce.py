@@ -17,7 +17,7 @@ import pytest
 from conftest import run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED
 from sgl_diffusion_bench.campaign import run_record
-from sgl_diffusion_bench.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 from test_engine_cpu_0523 import STAGES
 
 pytestmark = pytest.mark.engine

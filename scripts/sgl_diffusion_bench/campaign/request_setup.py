@@ -17,7 +17,7 @@ from .. import contract
 from ..engine import engine_process
 from ..judging import engine_args, log_gates, log_markers
 from ..engine.command_builder import Invocation
-from ..cpu_adapter import sgl_cpu_adapter
+from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 
 NO_MAPPING: Mapping[str, str] = types.MappingProxyType({})
 

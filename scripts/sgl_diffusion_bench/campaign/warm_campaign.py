@@ -30,7 +30,7 @@ from . import request_setup, warm_grouping
 from ..judging import engine_args, host_load, log_gates, output_check, request_path
 from .campaign_context import CampaignContext
 from ..judging.cell import Cell
-from ..cpu_adapter import sgl_cpu_adapter
+from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 from .engine_starts import engines_block, EngineStart
 
 RESIDENCY_MARGIN = 1.25  # a second engine must fit with this much room over the first one's measured footprint

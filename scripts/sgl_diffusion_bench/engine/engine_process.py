@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from .. import contract, paths
+from .. import contract
 from . import engine_python
-from ..cpu_adapter import sgl_cpu_adapter
+from .inside.cpu_adapter import sgl_cpu_adapter
 
-ADAPTER_DIR = paths.PACKAGE_DIR / "cpu_adapter"
+ADAPTER_DIR = Path(__file__).resolve().parent / "inside" / "cpu_adapter"
 STOP_GRACE_S = 5.0
 TIMEOUT_REASON = "timeout"
 

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Callable, TextIO
 
-from .. import contract, paths, progress
+from .. import contract, progress
 from . import engine_process
-from ..warm_driver import MARKER
+from .inside.warm_driver import MARKER
 
-DRIVER_PATH = paths.PACKAGE_DIR / "warm_driver.py"
+DRIVER_PATH = Path(__file__).resolve().parent / "inside" / "warm_driver.py"
 QUIT_GRACE_S = 60.0
 
 

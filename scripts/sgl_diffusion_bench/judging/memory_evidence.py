@@ -19,7 +19,7 @@ import dataclasses
 import re
 from typing import Iterable
 
-from ..cpu_adapter import sgl_cpu_adapter
+from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 
 DEVICE = "device"
 PROCESS_RSS = "process_rss"

@@ -13,7 +13,7 @@ from .. import contract, fileio
 from ..engine import engine_process
 from . import host_load, log_gates, media, memory_evidence, output_check, perf_dump, validity
 from .cell import Cell
-from ..cpu_adapter import sgl_cpu_adapter
+from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 
 @dataclasses.dataclass(frozen=True)
 class RequestJudgement:

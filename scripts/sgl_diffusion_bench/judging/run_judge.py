@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import inputs
 from . import log_gates, log_markers, media, memory_evidence, output_check, request_path
-from ..warm_driver import MARKER as WARM_MARKER
+from ..engine.inside.warm_driver import MARKER as WARM_MARKER
 
 INTENTS = ("measure", "profile")
 PROFILE_NOTE = ("timed under the engine's profiler: its timings are distorted by the profiler's own overhead and "
