@@ -12,7 +12,7 @@ from conftest import TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import contract, presets
 from sgl_diffusion_bench.engine import engine_probe
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design, request_setup, run_record
-from sgl_diffusion_bench.judging import engine_args
+from sgl_diffusion_bench.judging import engine_args, log_gates, log_markers
 from sgl_diffusion_bench.results import report
 
 H23 = TEST_FIXTURES / "gpu-h200-0.5.23"
@@ -20,34 +20,51 @@ H10 = TEST_FIXTURES / "gpu-h200-0.5.10"
 RECENT = ("--engine-capabilities", "recent")
 
 
-def facts_of(log: Path) -> dict:
-    facts = engine_args.EngineRunFacts()
+def facts_of(log: Path, version: str) -> dict:
+    facts = engine_args.EngineRunFacts(log_markers.markers_for_version(version))
     for line in log.read_text(encoding="utf-8").splitlines(keepends=True):
         facts.feed(line)
     return facts.to_json()
 
 
 def test_effective_settings_and_warmups_from_real_0523_logs():
-    bcg = facts_of(H23 / "direct-pair" / "bcg" / "log.txt")
+    bcg = facts_of(H23 / "direct-pair" / "bcg" / "log.txt", "0.5.23")
     assert bcg["server_args"]["warmup_mode"] == "server" and bcg["server_args"]["enable_breakable_cuda_graph"]
     assert bcg["server_args"]["attention_backend"] == "torch_sdpa"
     assert bcg["server_args"]["component_residency"] == {"all": "resident"}
     # BCG makes the engine run a 50-step server warm-up at the captured resolution: one request, 56 s.
     assert bcg["warmups"] == [{"kind": "server warmup req", "resolution": "1024x1024", "steps": 50, "of_steps": 50,
                                "seconds": 56.12}]
-    eager = facts_of(H23 / "direct-pair" / "eager" / "log.txt")
+    eager = facts_of(H23 / "direct-pair" / "eager" / "log.txt", "0.5.23")
     assert eager["server_args"]["warmup_mode"] == "request" and not eager["server_args"]["enable_breakable_cuda_graph"]
     assert eager["warmups"] == [{"kind": "warmup req", "resolution": "1024x1024", "steps": 1, "of_steps": 8,
                                  "seconds": 1.38}]
 
 
 def test_effective_settings_and_warmups_from_a_real_0510_log():
-    facts = facts_of(H10 / "cell-a-r01p01.engine.log")
+    facts = facts_of(H10 / "cell-a-r01p01.engine.log", "0.5.10.post1")
     assert facts["server_args"]["warmup"] is True and "warmup_mode" not in facts["server_args"]
     assert facts["server_args"]["dit_cpu_offload"] is False and facts["server_args"]["num_gpus"] == 1
     assert facts["warmups"] == [{"kind": "warmup req", "resolution": None, "steps": None, "of_steps": None,
                                  "seconds": 1.71}]
-    assert engine_args.parse_server_args("server_args: {not json") is None
+    assert engine_args.EngineRunFacts().parse_server_args("server_args: {not json") is None
+
+
+def test_the_warm_up_lines_a_release_prints_are_its_fact_markers():
+    """The patterns are data with release ranges: 0.5.10.post1 has no tqdm warm-up summary, so its facts do not read
+    one; without a version (a log of unknown origin) every release's patterns apply."""
+    line = ("Warmup requests: 100%|#| 1/1 [00:56<00:00, 56.69s/req, server warmup req (1024x1024, 50 steps), "
+            "last=56.12s]")
+    assert engine_args.EngineRunFacts(log_markers.markers_for_version("0.5.10.post1")).parse_warmup(line) is None
+    for facts in (engine_args.EngineRunFacts(log_markers.markers_for_version("0.5.23")), engine_args.EngineRunFacts()):
+        assert facts.parse_warmup(line)["seconds"] == 56.12
+    gate = log_gates.RequestLogGate(log_markers.markers_for_version("0.5.23"), bcg_expected=False)
+    gate.feed(line)
+    gate.feed('server_args: {"num_gpus": 1}')
+    blank = log_gates.RequestLogGate(log_markers.markers_for_version("0.5.23"), bcg_expected=False)
+    blank.feed("an unremarkable line")
+    blank.feed("another one")
+    assert gate.verdict().to_json() == blank.verdict().to_json()  # facts are not gated
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -184,8 +201,8 @@ def test_a_real_run_refuses_a_model_path_without_a_pipeline(tmp_path):
 def test_report_header_says_what_ran():
     """The Markdown names the model, the overrides, the extra args, each arm's effective engine settings and the
     warm-up each cell paid, from the document alone."""
-    bcg = facts_of(H23 / "direct-pair" / "bcg" / "log.txt")
-    eager = facts_of(H23 / "direct-pair" / "eager" / "log.txt")
+    bcg = facts_of(H23 / "direct-pair" / "bcg" / "log.txt", "0.5.23")
+    eager = facts_of(H23 / "direct-pair" / "eager" / "log.txt", "0.5.23")
     doc = {"campaign": {"mode": "abba", "rounds": 1, "label": "x", "preset": "flux-1gpu", "baseline_arm": "eager",
                         "candidate_arm": "bcg", "order": [],
                         "arms": {"eager": {"letter": "A", "description": "eager", "extra_args": [], "quality": None,
@@ -211,7 +228,7 @@ def test_bench_report_schema_accepts_the_engine_run_block():
     import json
 
     doc = json.loads((H10 / "bench-report.json").read_text())
-    doc["cells"][0]["engine_run"] = facts_of(H10 / "cell-a-r01p01.engine.log")
+    doc["cells"][0]["engine_run"] = facts_of(H10 / "cell-a-r01p01.engine.log", "0.5.10.post1")
     assert contract.validation_errors(doc) == []
     doc["cells"][0]["engine_run"]["warmups"][0]["seconds"] = -1
     assert contract.validation_errors(doc)

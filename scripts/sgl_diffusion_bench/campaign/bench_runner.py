@@ -242,7 +242,7 @@ class CampaignRunner:
     def _run_cell(self, cell: Cell, invocation: command_builder.Invocation,
                   prepared: model_cache.PreparedCache | None) -> None:
         request = request_setup.prepare(invocation, self.ctx.engine_env(prepared), self.ctx.markers)
-        facts = engine_args.EngineRunFacts()
+        facts = engine_args.EngineRunFacts(self.ctx.markers)
         ticker = Ticker(f"cell {cell.index + 1}/{len(self.cells)} {cell.arm}")  # a cold start loads quietly
 
         def observe(line: str) -> None:

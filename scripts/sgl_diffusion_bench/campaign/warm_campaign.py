@@ -89,7 +89,8 @@ class WarmCampaign:
         argv = warm_engine.driver_argv(self.ctx.engine_python, list(request.argv[self.cli_len:]))
         start = EngineStart(f"e{number}", key_index, self._arms_of(key_index), argv, engine_dir / "engine.log",
                             contract.utc_now(),  # how its footprint is measured: RSS on CPU, NVML on a GPU
-                            memory_kind="device" if self.lease.on_gpu else "process_rss")
+                            memory_kind="device" if self.lease.on_gpu else "process_rss",
+                            facts=engine_args.EngineRunFacts(self.ctx.markers))
         self.starts.append(start)
         self.startup_gates[start.id] = request.gate
         print(f"[engine {start.id}] starting for arm(s) {', '.join(start.arms)}", file=sys.stderr, flush=True)

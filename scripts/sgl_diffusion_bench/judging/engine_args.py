@@ -3,7 +3,8 @@
 - ``requests_bcg``: whether an argv asks for breakable CUDA graphs, so gates follow the flags a run carried, not the
   name of the arm that ran it (a ``--campaign ab`` arm may carry ``--enable-breakable-cuda-graph`` itself).
 - ``EngineRunFacts``: the effective settings from the engine's ``server_args: {...}`` log line (warm-up mode, attention
-  backend, residency, offloads) and each warm-up request the engine ran, with its cost, from its progress lines.
+  backend, residency, offloads) and each warm-up request the engine ran, with its cost, from its progress lines; the
+  lines' patterns are the release's fact markers in data/log_markers.yaml.
 - ``per_arm``: each arm's effective settings and warm-up cost from those facts (run_record's account of what ran).
 """
 
@@ -23,13 +24,6 @@ EFFECTIVE_KEYS = ("num_gpus", "tp_size", "sp_degree", "ulysses_degree", "ring_de
                   "text_encoder_cpu_offload", "image_encoder_cpu_offload", "vae_cpu_offload", "pin_cpu_memory",
                   "enable_torch_compile", "enable_breakable_cuda_graph", "bcg_text_buckets", "warmup", "warmup_mode",
                   "warmup_resolutions", "warmup_steps", "performance_mode", "quality", "cache_dit_config")
-SERVER_ARGS = re.compile(r"server_args: (\{.*\})\s*$")
-# tqdm's final line of the engine's warm-up loop, e.g.
-# "Warmup requests: 100%|...| 1/1 [00:56<00:00, 56.69s/req, server warmup req (1024x1024, 50 steps), last=56.12s]"
-WARMUP_DONE = re.compile(r"Warmup requests: 100%\|.*?(\d+)/\1 \[[^,\]]*, [^,\]]*, (?P<what>[^()\]]*?)\s*"
-                         r"\((?P<shape>[^,)]*), (?P<steps>[^)]*?) steps?\), last=(?P<last>[\d.]+)s\]")
-# sglang 0.5.10.post1: "Warmup req (1/1) processed in 1.71 seconds"
-WARMUP_DONE_0510 = re.compile(r"Warmup req \((\d+)/(\d+)\) processed in ([\d.]+) seconds")
 
 
 def requests_bcg(argv: Sequence[str]) -> bool:
@@ -38,48 +32,65 @@ def requests_bcg(argv: Sequence[str]) -> bool:
     return bool(values) and values[-1].lower() not in ("false", "0", "no", "off")
 
 
-def parse_server_args(line: str) -> dict[str, Any] | None:
-    """The effective settings of one ``server_args: {...}`` log line, or None when the line is not one."""
-    match = SERVER_ARGS.search(log_gates.clean_line(line))
-    if not match:
-        return None
-    try:
-        args = json.loads(match.group(1))
-    except json.JSONDecodeError:
-        return None
-    return {k: args[k] for k in EFFECTIVE_KEYS if k in args} if isinstance(args, dict) else None
-
-
-def parse_warmup(line: str) -> dict[str, Any] | None:
-    """One finished warm-up request: what it was, its resolution, its steps and its seconds (the engine's own)."""
-    text = log_gates.clean_line(line).split("\r")[-1]
-    match = WARMUP_DONE.search(text)
-    if not match:
-        legacy = WARMUP_DONE_0510.search(text)
-        return {"kind": "warmup req", "resolution": None, "steps": None, "of_steps": None,
-                "seconds": float(legacy.group(3))} if legacy else None
-    steps = match.group("steps").strip()
-    total = steps.split("/")[-1]
-    return {"kind": match.group("what").strip() or "warmup req", "resolution": match.group("shape").strip(),
-            "steps": int(steps.split("/")[0]) if steps.split("/")[0].isdigit() else None,
-            "of_steps": int(total) if total.isdigit() else None, "seconds": float(match.group("last"))}
+def fact_markers(markers: log_markers.MarkerSet | None = None) -> tuple[log_markers.Marker, ...]:
+    """The fact markers of a release (data/log_markers.yaml); without one, every release's: a log read without a known
+    version still yields its settings and warm-ups."""
+    pool = markers.markers if markers is not None else log_markers.load_catalog().markers
+    return tuple(m for m in pool if m.kind in log_markers.FACT_KINDS)
 
 
 class EngineRunFacts:
     """Collects, line by line, the facts of one engine run: its effective settings and its warm-up requests."""
 
-    def __init__(self) -> None:
+    def __init__(self, markers: log_markers.MarkerSet | None = None) -> None:
         self.server_args: dict[str, Any] | None = None
         self.warmups: list[dict[str, Any]] = []
+        self._facts = tuple((m.kind, p, log_markers.required_literal(p))
+                            for m in fact_markers(markers) for p in (m.compiled(),))
+
+    def _match(self, kind: str, text: str) -> re.Match[str] | None:
+        lowered = text.lower()
+        for fact_kind, pattern, literal in self._facts:
+            if fact_kind == kind and literal in lowered:
+                match = pattern.search(text)
+                if match:
+                    return match
+        return None
+
+    def parse_server_args(self, line: str) -> dict[str, Any] | None:
+        """The effective settings of one ``server_args: {...}`` log line, or None when the line is not one."""
+        match = self._match("server_args", log_gates.clean_line(line))
+        if not match:
+            return None
+        try:
+            args = json.loads(match.group("args"))
+        except json.JSONDecodeError:
+            return None
+        return {k: args[k] for k in EFFECTIVE_KEYS if k in args} if isinstance(args, dict) else None
+
+    def parse_warmup(self, line: str) -> dict[str, Any] | None:
+        """One finished warm-up request: what it was, its resolution, its steps and its seconds (the engine's own)."""
+        match = self._match("warmup_done", log_gates.clean_line(line).split("\r")[-1])
+        if not match:
+            return None
+        groups = match.groupdict()
+        steps = (groups.get("steps") or "").strip()
+        done, _, total = steps.rpartition("/") if "/" in steps else (steps, "", steps)
+        return {"kind": (groups.get("what") or "").strip() or "warmup req",
+                "resolution": groups["shape"].strip() if groups.get("shape") is not None else None,
+                "steps": int(done) if done.isdigit() else None, "of_steps": int(total) if total.isdigit() else None,
+                "seconds": float(groups["seconds"])}
 
     def feed(self, line: str) -> None:
-        if self.server_args is None and "server_args:" in line:
-            self.server_args = parse_server_args(line)
-        elif "Warmup requests: 100%" in line or "Warmup req (" in line:
-            warmup = parse_warmup(line)
-            # tqdm prints its last state twice (refresh, then close): one request, not two
-            if warmup and (not self.warmups or warmup != self.warmups[-1]):
-                self.warmups.append(warmup)
+        if self.server_args is None:
+            settings = self.parse_server_args(line)
+            if settings is not None:
+                self.server_args = settings
+                return
+        warmup = self.parse_warmup(line)
+        # tqdm prints its last state twice (refresh, then close): one request, not two
+        if warmup and (not self.warmups or warmup != self.warmups[-1]):
+            self.warmups.append(warmup)
 
     def to_json(self) -> dict[str, Any]:
         return {"server_args": self.server_args, "warmups": list(self.warmups),

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from .. import contract
-from .log_markers import Marker, MarkerSet, required_literal
+from .log_markers import FACT_KINDS, Marker, MarkerSet, required_literal
 
 # ANSI colour and cursor codes (the engine colours numbers and paths; tqdm moves the cursor and hides it with private
 # modes such as ESC[?25l), and a colour code whose ESC was lost on the way ("[0m", "[1;36m").
@@ -137,8 +137,8 @@ class RequestLogGate:
         self.profiling = profiling
         self.prior_captures = prior_captures
         late_fusion_applies = bcg_expected and quality in markers.late_fusion_qualities
-        compiled = [(m, m.compiled(quality)) for m in markers.markers
-                    if m.kind != "late_fusion" or late_fusion_applies]
+        compiled = [(m, m.compiled(quality)) for m in markers.markers if m.kind not in FACT_KINDS
+                    and (m.kind != "late_fusion" or late_fusion_applies)]
         self._active = tuple((m, p, required_literal(p)) for m, p in compiled)
         self._line_no = 0
         self._stop_reason: str | None = None

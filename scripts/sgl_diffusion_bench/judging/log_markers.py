@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from packaging.version import InvalidVersion, Version
 
@@ -26,6 +26,7 @@ from .. import contract, datafile, paths
 SCHEMA_ID = "log-markers.v1"
 MARKERS_PATH = paths.DATA_DIR / "log_markers.yaml"
 QUALITY_PLACEHOLDER = "{quality}"
+FACT_KINDS = ("server_args", "warmup_done")  # facts of a run (engine_args), never gates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,15 @@ def _longest_literal(sequence: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class QualityModel:
+    """What each --quality level promises on an engine that accepts ``recognised_by`` (None: any other engine)."""
+
+    recognised_by: str | None
+    semantics: dict[str, str]  # level -> bit_exact | same_math | lossy
+    aliases: dict[str, str]  # alias -> level
+
+
+@dataclasses.dataclass(frozen=True)
 class MarkerSet:
     """The markers that apply to one engine release, and why this release was chosen."""
 
@@ -88,6 +98,12 @@ class MarkerCatalog:
     releases: tuple[Release, ...]  # oldest first; the last one has version None
     markers: tuple[Marker, ...]
     late_fusion_qualities: tuple[str, ...]
+    quality_models: tuple[QualityModel, ...] = ()
+
+    def quality_model(self, engine_levels: Iterable[str] | None) -> QualityModel:
+        """The promises of an engine's quality levels, recognised by the levels it accepts."""
+        levels = set(engine_levels or ())
+        return next(m for m in self.quality_models if m.recognised_by is None or m.recognised_by in levels)
 
     def for_release(self, release_id: str, selection_warnings: tuple[str, ...] = ()) -> MarkerSet:
         release = next((r for r in self.releases if r.id == release_id), None)
@@ -192,7 +208,15 @@ def parse_catalog(document: Any, source: str = str(MARKERS_PATH)) -> MarkerCatal
         if not any(p.search(example) and required_literal(p) in example.lower() for p in candidates):
             raise _bad(source, f"{where}.example", "the example line does not match the marker's own pattern")
         markers.append(marker)
-    return MarkerCatalog(releases, tuple(markers), qualities)
+    models = tuple(QualityModel(m["recognised_by"], dict(m["semantics"]), dict(m["aliases"]))
+                   for m in document["quality_models"])
+    if models[-1].recognised_by is not None or any(m.recognised_by is None for m in models[:-1]):
+        raise _bad(source, "quality_models", "exactly one model (the last) has recognised_by: null")
+    for index, model in enumerate(models):
+        unknown = {a: lv for a, lv in model.aliases.items() if lv not in model.semantics}
+        if unknown:
+            raise _bad(source, f"quality_models[{index}].aliases", f"alias(es) of levels it does not list: {unknown}")
+    return MarkerCatalog(releases, tuple(markers), qualities, models)
 
 
 def load_catalog(path: Path | None = None) -> MarkerCatalog:

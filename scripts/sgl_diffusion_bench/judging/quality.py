@@ -1,9 +1,9 @@
 """Output comparison: byte identity for lossless arms, SSIM/PSNR against the reference for lossy ones.
 
-A level that promises the same bytes (what each release promises is QUALITY_MODELS: 0.5.23's "exact" and
-"lossless" with its alias "extra-high", older mains' "lossless") means the same bytes: every used cell of the arms
-at that level must hash like the comparator, the first such cell in run order. Lossy levels are scored against the
-reference output (the baseline arm's first used cell) with scikit-image SSIM and PSNR; videos frame by frame
+A level that promises the same bytes (what each release promises is data/log_markers.yaml's quality_models: 0.5.23's
+"exact" and "lossless" with its alias "extra-high", older mains' "lossless") means the same bytes: every used cell of
+the arms at that level must hash like the comparator, the first such cell in run order. Lossy levels are scored against
+the reference output (the baseline arm's first used cell) with scikit-image SSIM and PSNR; videos frame by frame
 (decoded with PyAV, which the engine stack installs), every frame gated.
 PSNR of identical inputs is infinite: JSON carries ``psnr_db: null`` with ``psnr_infinite: true``.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from .. import contract
+from . import log_markers
 from .cell import Cell
 
 if TYPE_CHECKING:  # numpy is imported where frames are read, so a run that scores nothing never loads it
@@ -152,27 +153,16 @@ def _zip_frames(reference: str | Path, test: str | Path) -> Iterator[tuple[np.nd
         yield a, b
 
 
-# What each quality level promises, per engine release (sglang's sampling_params QUALITY_LEVELS/QUALITY_ALIASES).
-# A release is recognised by the levels it accepts; "bit-exact" and "same-math" levels run the same kernels in
-# eager and BCG arms, so their outputs must be the same bytes; "lossy" levels are scored by SSIM/PSNR.
-BIT_EXACT, SAME_MATH, LOSSY = "bit-exact", "same-math", "lossy"
+# What a level promises (data/log_markers.yaml's quality_models, recognised by the levels the engine accepts):
+# "bit_exact" and "same_math" levels must give the same bytes in eager and BCG arms; "lossy" ones are scored.
+BIT_EXACT, SAME_MATH, LOSSY = "bit_exact", "same_math", "lossy"
 IDENTITY_SEMANTICS = (BIT_EXACT, SAME_MATH)
-QUALITY_MODELS = (
-    # 0.5.23: "exact" keeps eager numerics; "lossless" is the same math (rounding order may move); the pre-rename
-    # "extra-high" is an alias of "lossless"
-    {"recognised_by": "exact", "semantics": {"exact": BIT_EXACT, "lossless": SAME_MATH, "high": LOSSY},
-     "aliases": {"extra-high": "lossless"}},
-    # main before the rename: "lossless" is the bit-exact default, "extra-high" and "high" change numerics
-    {"recognised_by": None, "semantics": {"lossless": BIT_EXACT, "extra-high": LOSSY, "high": LOSSY},
-     "aliases": {}},
-)
 IDENTITY_REASON = "output.differs"
 QUALITY_REASON = "output.below_quality"
 
 
-def _quality_model(engine_levels: Sequence[str] | None) -> Mapping[str, Any]:
-    levels = set(engine_levels or ())
-    return next(m for m in QUALITY_MODELS if m["recognised_by"] is None or m["recognised_by"] in levels)
+def _quality_model(engine_levels: Sequence[str] | None) -> log_markers.QualityModel:
+    return log_markers.load_catalog().quality_model(engine_levels)
 
 
 def canonical_level(level: str | None, engine_levels: Sequence[str] | None = None) -> str:
@@ -180,12 +170,12 @@ def canonical_level(level: str | None, engine_levels: Sequence[str] | None = Non
     pins when the engine has --quality (and what an engine without it runs: eager, the same bytes)."""
     model = _quality_model(engine_levels)
     level = level or "lossless"
-    return model["aliases"].get(level, level)
+    return model.aliases.get(level, level)
 
 
 def level_semantics(level: str | None, engine_levels: Sequence[str] | None = None) -> str:
-    """bit-exact, same-math or lossy; an unknown level is lossy (scored, never assumed identical)."""
-    return _quality_model(engine_levels)["semantics"].get(canonical_level(level, engine_levels), LOSSY)
+    """bit_exact, same_math or lossy; an unknown level is lossy (scored, never assumed identical)."""
+    return _quality_model(engine_levels).semantics.get(canonical_level(level, engine_levels), LOSSY)
 
 
 def _hashes(cell: Cell) -> tuple[str, ...]:
