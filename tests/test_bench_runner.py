@@ -3,6 +3,7 @@ reproduce commands. The real engine runs in test_bench_engine.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,24 @@ def test_outputs_are_the_media_kinds_the_task_produces(tmp_path):
     assert [p.name for p in sound] == ["cat_base.gif", "cat_base.mp4", "cat_base.wav"]
     every_task = {p.task for p in presets.load_presets()}
     assert every_task <= set(media.TASK_KINDS)  # every preset's task names its media
+
+
+def test_every_schema_that_names_campaign_modes_names_the_planner_s():
+    """A new campaign kind is design.py (MODES and its plan) plus the mode enums of the report and sweep-spec schemas;
+    this fails on a schema left behind, so the new kind cannot be planned and then refused by its own report."""
+    schemas = Path(__file__).resolve().parents[1] / "schemas"
+    found = {}
+    for name in ("bench-report.v1", "sweep-spec.v1", "bench-plan.v1"):
+        stack = [json.loads((schemas / f"{name}.schema.json").read_text(encoding="utf-8"))]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                enum = node.get("enum")
+                if isinstance(enum, list) and "abba" in enum:
+                    found.setdefault(name, []).append(tuple(enum))
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+    assert {"bench-report.v1", "sweep-spec.v1"} <= set(found)
+    for name, enums in found.items():
+        assert all(set(e) == set(design.MODES) for e in enums), (name, enums)
