@@ -14,6 +14,7 @@ import pytest
 
 from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import presets
+from sgl_diffusion_bench.sweep import driver as sweep_driver
 from sgl_diffusion_bench.sweep import plan as sweep_plan
 from sgl_diffusion_bench.sweep import spec as sweep_spec
 from sgl_diffusion_bench.sweep import state as sweep_state
@@ -126,20 +127,64 @@ def test_a_shard_whose_worker_is_gone_is_failed_and_an_altered_result_is_pending
     import socket
     sweep_state.write_state(folder, gone.id, {"status": "running", "pid": dead, "host": socket.gethostname(),
                                               "attempt": 1, "hash": sweep_plan.shard_hash(gone)})
-    result = sweep_state.shard_dir(folder, done.id) / "result.json"
-    result.parent.mkdir(parents=True)
-    result.write_text("{}")
-    from sgl_diffusion_bench import fileio
-    sweep_state.write_state(folder, done.id, {"status": "done", "attempt": 1, "hash": sweep_plan.shard_hash(done),
-                                              "result_sha256": "sha256:" + fileio.sha256_file(result)})
+    _done_shard(folder, done, json.loads((TEST_FIXTURES / "bench-report" / "cpu-tiny-0.5.23.json").read_text()))
     run = run_main("sweep_diffusion", "status", "--folder", str(folder), "--json")
     rows = {r["id"]: r for r in run.document["shards"]}
     assert run.returncode == 1 and rows[gone.id]["status"] == "failed" and "gone" in rows[gone.id]["reason"]
     assert rows[done.id]["status"] == "done"
+    result = sweep_state.shard_dir(folder, done.id) / "result.json"
     result.write_text('{"edited": true}')
     again = run_main("sweep_diffusion", "status", "--folder", str(folder), "--json")
     rows = {r["id"]: r for r in again.document["shards"]}
     assert rows[done.id]["status"] == "pending" and "altered" in rows[done.id]["reason"]
+
+
+@pytest.mark.parametrize("state, words", [
+    ({"status": "running", "pid": "abc"}, ["damaged", "pid"]),
+    ({"status": "running", "pid": 10**20}, ["damaged", "pid"]),
+    ({"status": "running", "pid": 10**30}, ["damaged", "31 digits"]),
+    ({"status": "done", "attempt": 1.5}, ["damaged", "attempt"]),
+    ({"status": "finished"}, ["damaged", "status"]),
+    ([{"status": "done"}], ["damaged"]),
+    ({"status": "running", "pid": 1, "exit_code": float("nan")}, ["damaged", "NaN"]),
+])
+def test_a_damaged_state_file_fails_its_shard_with_the_reason_on_status_merge_and_resume(tmp_path, state, words):
+    spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}}, "s.yaml")
+    folder = tmp_path / "sw"
+    sweep_state.prepare(folder, spec.name, spec.document)
+    directory = sweep_state.shard_dir(folder, spec.shards[0].id)
+    directory.mkdir(parents=True)
+    (directory / "state.json").write_text(json.dumps(state))  # json.dumps writes NaN: the tampered file has it
+    status = run_main("sweep_diffusion", "status", "--folder", str(folder), "--json")
+    row = status.document["shards"][0]
+    assert status.returncode == 1 and row["status"] == "failed", status.document
+    assert all(w in row["reason"] for w in words), row["reason"]
+    merged = run_main("sweep_diffusion", "merge", "--folder", str(folder), "--json")
+    assert merged.returncode == 1 and merged.document["failures"][0]["reason"] == row["reason"]
+    todo, skipped = sweep_driver.jobs_to_run(folder, spec)  # resume runs it again
+    assert [j.shard_id for j in todo] == [spec.shards[0].id] and not skipped
+
+
+def test_a_result_that_is_no_bench_report_is_a_failed_shard_even_when_its_hash_matches(tmp_path):
+    spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}}, "s.yaml")
+    folder = tmp_path / "sw"
+    sweep_state.prepare(folder, spec.name, spec.document)
+    _done_shard(folder, spec.shards[0], {"schema": "bench-report.v1", "ok": True})  # no verdict, no numbers
+    merged = run_main("sweep_diffusion", "merge", "--folder", str(folder), "--json")
+    row = merged.document["shards"][0]
+    assert merged.returncode == 1 and not merged.document["ok"]
+    assert row["status"] == "failed" and "not a valid bench report" in row["reason"] and row["verdict"] is None
+
+
+def test_a_folder_whose_kept_spec_is_damaged_is_refused_not_expanded(tmp_path):
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps({"made_by": "sweep_diffusion", "name": "x",
+                                                   "spec": {"presets": {"names": ["tiny-flux-cpu"]}, "repeats": -3}}))
+    for command in ("status", "merge"):
+        run = run_main("sweep_diffusion", command, "--folder", str(folder), "--json")
+        assert run.returncode == 2 and run.document["error"]["code"] == "sweep.not_a_sweep_folder"
+        assert "damaged" in run.document["error"]["message"]
 
 
 def _done_shard(folder: Path, shard, report: dict) -> None:

@@ -32,7 +32,13 @@ def spec_of_folder(folder: Path) -> sweep_spec.Spec:
     if recorded is None or not isinstance(recorded.get("spec"), dict):
         raise contract.UsageError("sweep.not_a_sweep_folder", f"{folder} has no readable {sweep_state.MARK} with "
                                   "the sweep's spec", "give the --folder of an earlier `sweep_diffusion run`")
-    return sweep_spec.expand(recorded["spec"], str(mark))
+    try:
+        document = sweep_spec.checked(recorded["spec"], f"{mark} (its spec)")
+    except contract.InputError as exc:
+        raise contract.UsageError("sweep.not_a_sweep_folder", f"{folder}: the spec it keeps is damaged: "
+                                  f"{exc.message}", "run the sweep again into a new --folder from its spec file"
+                                  ) from None
+    return sweep_spec.expand(document, str(mark))
 
 
 def _reconcile(folder: Path) -> None:

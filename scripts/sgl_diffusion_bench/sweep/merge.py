@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import inputs, work_dirs
+from .. import work_dirs
 from ..judging import baseline_check
 from . import driver, plan as sweep_plan, state as sweep_state
 
@@ -23,15 +23,10 @@ def _mean(stats: Any) -> float | None:
 
 
 def _report_of(folder: Path, shard_id: str, found: dict[str, Any]) -> dict[str, Any] | None:
-    """The bench-report of the shard: its result when done, else its last attempt's document if it wrote one."""
-    directory = sweep_state.shard_dir(folder, shard_id)
-    candidates = [directory / "result.json"] if found["status"] == "done" else \
-        [directory / f"attempt-{found['attempts']}.stdout.json"]
-    for path in candidates:
-        document = inputs.load_object_or_none(path)
-        if document is not None and document.get("schema") == "bench-report.v1":
-            return document
-    return None
+    """The bench-report of the shard: its result when done, else its last attempt's document if it wrote one (either
+    only when it is a valid bench-report.v1: a damaged one reads as none)."""
+    name = "result.json" if found["status"] == "done" else f"attempt-{found['attempts']}.stdout.json"
+    return sweep_state.load_result(folder, shard_id, name)[0]
 
 
 def shard_row(folder: Path, shard, found: dict[str, Any], engine_dir: str | None = None) -> dict[str, Any]:

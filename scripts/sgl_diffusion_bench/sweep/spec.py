@@ -47,7 +47,12 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise contract.InputError("input.sweep_spec_unreadable", f"{target} is not YAML: {exc}",
                                   "fix the spec file (see the sample in benchmark-and-profile.md)") from None
-    contract.validate_input(document, SCHEMA_ID, str(target))
+    return checked(document, str(target))
+
+
+def checked(document: Any, source: str) -> dict[str, Any]:
+    """A spec document valid against sweep-spec.v1 (a user's file, or the copy a sweep folder keeps)."""
+    contract.validate_input(document, SCHEMA_ID, source)
     return document
 
 

@@ -19,6 +19,7 @@ from .. import contract, fileio, inputs, owner
 
 MARK = "sweep.json"
 STATUSES = ("done", "running", "failed", "pending")
+STATE_SCHEMA, RESULT_SCHEMA = "sweep-shard-state.v1", "bench-report.v1"
 
 
 def shard_dir(folder: Path, shard_id: str) -> Path:
@@ -60,8 +61,34 @@ def prepare(folder: Path, name: str, spec_document: dict[str, Any]) -> None:
                                               indent=1, sort_keys=True))
 
 
+def load_state(folder: Path, shard_id: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The shard's state.json checked against sweep-shard-state.v1, and what is wrong with it when it is damaged
+    ``(None, problem)``; ``(None, None)`` when there is none yet."""
+    path = shard_dir(folder, shard_id) / "state.json"
+    if not path.exists() and not path.is_symlink():
+        return None, None
+    try:
+        document = inputs.load_json(path, "input.unreadable")
+        contract.validate_input(document, STATE_SCHEMA, str(path))
+    except contract.InputError as exc:
+        return None, exc.message
+    return document, None
+
+
 def read_state(folder: Path, shard_id: str) -> dict[str, Any] | None:
-    return inputs.load_object_or_none(shard_dir(folder, shard_id) / "state.json")
+    """The shard's checked state, or None when it has none or a damaged one."""
+    return load_state(folder, shard_id)[0]
+
+
+def load_result(folder: Path, shard_id: str, name: str = "result.json") -> tuple[dict[str, Any] | None, str | None]:
+    """A bench report the shard's attempt wrote, checked against bench-report.v1, or why it is not one."""
+    path = shard_dir(folder, shard_id) / name
+    try:
+        document = inputs.load_json(path, "input.unreadable")
+        contract.validate_input(document, RESULT_SCHEMA, str(path))
+    except contract.InputError as exc:
+        return None, exc.message
+    return document, None
 
 
 def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:
@@ -72,19 +99,25 @@ def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:
 
 
 def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, Any]:
-    """What the folder says about one shard: status, reason, attempt and the recorded state."""
-    state = read_state(folder, shard_id)
+    """What the folder says about one shard: status, reason, attempt and the recorded state. A damaged state, or a
+    result that is not a bench report, makes the shard failed with the reason (it runs again on resume)."""
+    state, problem = load_state(folder, shard_id)
+    if problem is not None:
+        return {"status": "failed", "reason": f"its state.json is damaged ({problem[:300]}): it runs again",
+                "attempts": 0, "state": None}
     if state is None:
         return {"status": "pending", "reason": None, "attempts": 0, "state": None}
-    attempts, status, reason = state.get("attempt", 0), state.get("status"), state.get("reason")
+    attempts, status, reason = state.get("attempt", 0), state["status"], state.get("reason")
     if status == "done":
         result = shard_dir(folder, shard_id) / "result.json"
         if state.get("hash") != expected_hash:
             status, reason = "pending", "its settings changed since it ran (hash differs): it runs again"
         elif not result.is_file() or "sha256:" + fileio.sha256_file(result) != state.get("result_sha256"):
             status, reason = "pending", "its result file is missing or altered: it runs again"
+        elif (damage := load_result(folder, shard_id)[1]) is not None:
+            status, reason = "failed", f"its result is not a valid bench report ({damage[:300]}): it runs again"
     elif (status == "running" and state.get("host") == socket.gethostname()
-          and not owner.pid_alive(int(state.get("pid", 0)))):
+          and not owner.pid_alive(state.get("pid", 0))):
         status = "failed"
         reason = f"killed: its worker (pid {state.get('pid')}) is gone without writing a result"
     return {"status": status, "reason": reason, "attempts": attempts, "state": state}
