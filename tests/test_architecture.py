@@ -239,11 +239,12 @@ ERROR_CLASSES = ("Error", "Violation", "__init__")  # ToolError and subclasses; 
 
 
 CODE = re.compile(r"[a-z][a-z_]*\.[a-z0-9_]+")
+CODE_TAKING_READERS = ("load_json", "load_yaml", "read_text", "read_bytes", "open_regular")  # inputs.py: (path, code)
 
 
 def codes_raised() -> dict[str, list[str]]:
-    """Every code passed as the first argument of an error constructor in the package (a literal, or a module-level
-    constant such as ``datafile.DATA_FILE_INVALID``), with where."""
+    """Every code passed as the first argument of an error constructor in the package, or as the code of one of
+    inputs' readers (a literal, or a module-level constant such as ``datafile.DATA_FILE_INVALID``), with where."""
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in _modules().items()}
     constants = {target.id: node.value.value for tree in trees.values() for node in tree.body
                  if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
@@ -255,9 +256,13 @@ def codes_raised() -> dict[str, list[str]]:
             if not isinstance(node, ast.Call) or not node.args:
                 continue
             func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if not func.endswith(ERROR_CLASSES):
+            if func in CODE_TAKING_READERS and len(node.args) > 1:
+                argument = node.args[1]  # inputs' readers raise InputError(code, ...) with the code they are given
+            elif func.endswith(ERROR_CLASSES):
+                argument = node.args[0]
+            else:
                 continue
-            for part in ast.walk(node.args[0]):
+            for part in ast.walk(argument):
                 ref = part.id if isinstance(part, ast.Name) else part.attr if isinstance(part, ast.Attribute) else None
                 value = part.value if isinstance(part, ast.Constant) else constants.get(ref)
                 if isinstance(value, str) and CODE.fullmatch(value):

@@ -215,3 +215,59 @@ def test_every_recorded_perf_dump_takes_the_one_pass_reader():
     dumps = sorted(TEST_FIXTURES.glob("**/*perf*.json"))
     assert len(dumps) >= 10
     assert [d for d in dumps if perf_dump._decode_checked(d.read_text(encoding="utf-8")) is None] == []
+
+
+# --- sweep specs: bounded before they are expanded --------------------------------------------------------------
+
+SPEC_HEAD = "schema: sweep-spec.v1\npresets: {names: [tiny-flux-cpu]}\n"
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(9))
+
+
+@pytest.mark.parametrize("text, code, words", [
+    (SPEC_HEAD + "campaign: {threshold_pct: .inf}\n", "input.sweep_spec_unreadable", ["non-finite"]),
+    (SPEC_HEAD + "overrides: [{guidance_scale: .nan}]\n", "input.sweep_spec_unreadable", ["non-finite"]),
+    (SPEC_HEAD + "repeats: " + "9" * 5001 + "\n", "input.sweep_spec_unreadable", ["30 digits"]),
+    (SPEC_HEAD + "x: " + "[" * 100_000 + "]" * 100_000 + "\n", "input.sweep_spec_unreadable", ["nests deeper"]),
+    (SPEC_HEAD + LAUGHS, "input.sweep_spec_unreadable", ["anchors or aliases"]),
+    (SPEC_HEAD + "repeats: 2\nrepeats: 3\n", "input.sweep_spec_unreadable", ["duplicate key 'repeats'"]),
+    (SPEC_HEAD + "# padding\n" * 120_000, "input.sweep_spec_unreadable", ["at most 1048576"]),
+    (SPEC_HEAD + "repeats: 10000000\n", "input.schema_mismatch", ["repeats"]),
+    (SPEC_HEAD + "overrides: [" + ", ".join(f"{{seed: {i}}}" for i in range(1001)) + "]\n",
+     "input.schema_mismatch", ["overrides"]),
+    ("schema: sweep-spec.v1\npresets: {filter: {}}\nrepeats: 100\noverrides: ["
+     + ", ".join(f"{{seed: {i}}}" for i in range(200)) + "]\n", "sweep.too_many_shards", ["shards", "1000"]),
+])
+def test_a_hostile_sweep_spec_is_refused_quickly_with_what_bound_it_broke(tmp_path, text, code, words):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    started = time.monotonic()
+    run = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(tmp_path / "sw"), "--json")
+    assert time.monotonic() - started < 10
+    assert run.returncode == 2 and run.document["error"]["code"] == code, run.document
+    assert all(w in run.document["error"]["message"] for w in words), run.document["error"]["message"]
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize("campaign, code", [
+    ("{mode: ab, arm_b_args: \"--x 'unterminated\"}", "usage.bad_extra_args"),
+    ("{mode: single, extra_args: \"--output-path /etc\"}", "usage.duplicate_flag"),
+])
+def test_a_plan_whose_shards_the_bench_refuses_is_not_ok(tmp_path, campaign, code):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC_HEAD + f"campaign: {campaign}\noverrides: [{{seed: 1}}, {{seed: 2}}]\n")
+    run = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(tmp_path / "sw"), "--json")
+    assert run.returncode == 1 and run.document["ok"] is False
+    assert [r["bench_refusal"]["code"] for r in run.document["shards"]] == [code, code]
+    fine = tmp_path / "fine.yaml"
+    fine.write_text(SPEC_HEAD + "overrides: [{seed: 1}]\n")
+    run = run_main("sweep_diffusion", "plan", str(fine), "--folder", str(tmp_path / "sw"), "--json")
+    assert run.returncode == 0 and run.document["shards"][0]["bench_refusal"] is None
+
+
+def test_quoted_long_numbers_and_digit_rich_prompts_are_text_not_refused(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC_HEAD + "overrides: [{prompt: '" + "1" * 40 + "'}, {prompt: a 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 "
+                    "6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 cat}]\n")
+    assert isinstance(inputs.load_yaml(spec, "input.sweep_spec_unreadable")["overrides"][0]["prompt"], str)

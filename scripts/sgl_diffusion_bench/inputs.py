@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,16 @@ def open_regular(path: str | Path, code: str) -> int:
     return fd
 
 
-def read_bytes(path: str | Path, code: str, *, gunzip: bool | None = None) -> bytes:
-    """The file's bytes (decompressed when it is gzip: by ``.gz`` suffix, or ``gunzip=True``)."""
-    with os.fdopen(open_regular(path, code), "rb") as fh:
+def read_bytes(path: str | Path, code: str, *, gunzip: bool | None = None, max_bytes: int | None = None) -> bytes:
+    """The file's bytes (decompressed when it is gzip: by ``.gz`` suffix, or ``gunzip=True``); ``max_bytes`` is a
+    tighter bound than MAX_INPUT_BYTES for a kind of input that is never large (a spec)."""
+    fd = open_regular(path, code)
+    size = os.fstat(fd).st_size
+    if max_bytes is not None and size > max_bytes:
+        os.close(fd)
+        raise contract.InputError(code, f"{path} is {size} bytes; this kind of input is at most {max_bytes}",
+                                  "pass the file itself, trimmed to what it needs")
+    with os.fdopen(fd, "rb") as fh:
         data = fh.read()
     if gunzip or (gunzip is None and str(path).endswith(".gz")):
         try:
@@ -133,3 +141,76 @@ def load_object_or_none(path: str | Path) -> dict[str, Any] | None:
     except contract.InputError:
         return None
     return document if isinstance(document, dict) else None
+
+
+_YAML_INT = re.compile(r"[-+]?(?:0x[0-9a-fA-F_]+|0o?[0-7_]+|0b[01_]+|[0-9][0-9_]*)")  # YAML 1.1 integer forms
+MAX_YAML_BYTES = 1 << 20  # a spec is a page of settings: a megabyte of it is a generated file or an attack
+
+
+def load_yaml(path: str | Path, code: str, *, max_bytes: int = MAX_YAML_BYTES) -> Any:
+    """A user's YAML (or JSON) document under the same rules as load_json: a regular file of bounded size, strict
+    UTF-8, bounded nesting, no anchors or aliases (a billion-laughs file expands from a few lines), no duplicate keys
+    (YAML would keep the last one silently), bounded integers and finite numbers (``.inf``/``.nan`` refused)."""
+    import yaml
+
+    text = decode_text(read_bytes(path, code, gunzip=False, max_bytes=max_bytes), str(path), code)
+    try:
+        _check_yaml_events(yaml.parse(text, Loader=yaml.SafeLoader), str(path), code)
+        document = yaml.load(text, Loader=_strict_loader())
+    except yaml.YAMLError as exc:
+        raise contract.InputError(code, f"{path} is not valid YAML: {str(exc)[:300]}",
+                                  "fix the file (a YAML mapping, no anchors, each key once)") from None
+    _check_numbers(document, str(path), code)
+    return document
+
+
+def _check_yaml_events(events: Any, source: str, code: str) -> None:
+    """Nesting, aliases and long integers from the event stream (iterative: a 10^5-deep file cannot recurse)."""
+    import yaml
+
+    depth = 0
+    for event in events:
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise contract.InputError(code, f"{source} nests deeper than {MAX_JSON_DEPTH} levels",
+                                          "flatten the document")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise contract.InputError(code, f"{source} uses YAML anchors or aliases (line "
+                                      f"{event.start_mark.line + 1})", "write each value out where it is used")
+        if isinstance(event, yaml.ScalarEvent) and event.style is None and len(event.value) > MAX_INT_DIGITS and \
+                _YAML_INT.fullmatch(event.value):
+            raise contract.InputError(code, f"{source}: a number of more than {MAX_INT_DIGITS} digits (line "
+                                      f"{event.start_mark.line + 1})", "quote it if it is text")
+
+
+def _strict_loader() -> Any:
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+def _check_numbers(document: Any, source: str, code: str) -> None:
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise contract.InputError(code, f"{source} holds a non-finite number ({node})",
+                                      "give a finite number (.inf and .nan are not values here)")

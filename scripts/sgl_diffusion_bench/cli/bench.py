@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .. import advice, assets, contract, model_cache, nightly, presets, selftest, work_dirs
 from ..engine import command_builder, engine_overlap, engine_probe, tiny_model
@@ -233,6 +233,19 @@ def request_from(args: argparse.Namespace) -> bench_request.BenchRequest:
         access_hubs=tuple(model_cache.resolve_seed_hub(s) for s in args.seed_model_cache_root)
         if args.model_cache_root else None,
         check_this_machine=args.engine_capabilities == "installed")
+
+
+def refusal_of(argv: Sequence[str]) -> dict[str, str] | None:
+    """What the bench would refuse in these arguments before running anything (its parser, its checks, its plan
+    against a recent engine), or None. A sweep asks it of every shard at plan time, so a spec whose shards the bench
+    refuses is not a plan that says ok."""
+    try:
+        args = build_parser().parse_args([*argv, "--dry-run", "--engine-capabilities", "recent"])
+        validate_run_args(args)
+        refusals = bench_request.plan(request_from(args), engine_probe.recent_engine_capabilities())["refusals"]
+    except contract.ToolError as exc:
+        return {"code": exc.code, "message": exc.message, "hint": exc.hint}
+    return {key: refusals[0][key] for key in ("code", "message", "hint")} if refusals else None
 
 
 def render_plan(payload: dict[str, Any]) -> str:

@@ -6,12 +6,14 @@ Running again on the same folder skips finished shards (same hash, intact result
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from .. import contract, selftest
+from .. import contract, progress, selftest
 from ..sweep import driver, executors, merge, merge_render
+from ..sweep import plan as sweep_plan
 from ..sweep import spec as sweep_spec
-from . import _runner
+from . import _runner, bench
 
 TOOL = "sweep_diffusion"
 EPILOG = """examples:
@@ -77,15 +79,32 @@ def _status_result(doc: dict, schema: str = "sweep-status.v1") -> _runner.Result
     return _runner.Result(contract.envelope(schema, TOOL, ok=ok, **doc), _status_text(doc))
 
 
+def _check_with_the_bench(rows: list[dict]) -> int:
+    """Each shard's command through the bench's own checks (once per preset and override set: repeats differ only
+    in their label), recorded on its row as bench_refusal; returns how many shards are refused."""
+    progress.say(f"[sweep] checking {len(rows)} shard command(s) with the bench's own argument checks")
+    verdicts: dict[str, dict | None] = {}
+    for row in rows:
+        key = json.dumps([row["preset"], row["overrides"]], sort_keys=True)
+        if key not in verdicts:
+            verdicts[key] = bench.refusal_of(row["argv"][row["argv"].index(sweep_plan.BENCH_MODULE) + 1:])
+        row["bench_refusal"] = verdicts[key]
+    return sum(r["bench_refusal"] is not None for r in rows)
+
+
 def handle(args: argparse.Namespace) -> _runner.Result:
     if args.command is None:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     folder = Path(args.folder).expanduser().resolve()
     if args.command == "plan":
         doc = driver.plan(args.spec, folder)
+        refused = _check_with_the_bench(doc["shards"])
         text = "\n".join(f"{r['id']}: {r['gpus']} GPU(s), ~{r['estimate']['minutes']} min "
-                         f"({r['estimate']['source']})\n  {r['command']}" for r in doc["shards"])
-        return _runner.Result(contract.envelope("sweep-plan.v1", TOOL, **doc), text)
+                         f"({r['estimate']['source']})\n  {r['command']}"
+                         + (f"\n  refused by the bench: [{r['bench_refusal']['code']}] {r['bench_refusal']['message']}"
+                            if r["bench_refusal"] else "") for r in doc["shards"])
+        text += f"\n{len(doc['shards'])} shard(s), {refused} refused by the bench's own checks"
+        return _runner.Result(contract.envelope("sweep-plan.v1", TOOL, ok=not refused, **doc), text)
     if args.command == "run":
         options = executors.Options(wait=not args.no_wait, partition=args.partition, account=args.account,
                                     qos=args.qos, sbatch=tuple(args.sbatch), cpus_per_task=args.cpus_per_task,

@@ -338,7 +338,7 @@ def default_cache_path() -> Path:
 
 def _read_cache(path: Path, key: str) -> EngineCapabilities | None:
     try:
-        document = inputs.load_json(path, "engine.cache_unreadable")
+        document = inputs.load_json(path, "input.unreadable")
         if document.get("key") == key:
             return EngineCapabilities.from_json(document["engine"])
     except (contract.ToolError, OSError, ValueError, KeyError, TypeError, AttributeError):

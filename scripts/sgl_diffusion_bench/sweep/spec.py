@@ -7,12 +7,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .. import contract, inputs, presets
 
 SCHEMA_ID = "sweep-spec.v1"
 DEFAULT_CAMPAIGN = {"mode": "single", "engine": "warm"}
+MAX_SHARDS = 1000  # one folder, one status table, one merged report: larger campaigns are several sweeps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +39,7 @@ class Spec:
 
 def read_spec(path: str | Path) -> dict[str, Any]:
     """The spec file's document, valid against sweep-spec.v1 (input errors otherwise)."""
-    target = Path(path)
-    text = inputs.read_text(target, "input.sweep_spec_unreadable")
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise contract.InputError("input.sweep_spec_unreadable", f"{target} is not YAML: {exc}",
-                                  "fix the spec file (see the sample in benchmark-and-profile.md)") from None
-    return checked(document, str(target))
+    return checked(inputs.load_yaml(path, "input.sweep_spec_unreadable"), str(path))
 
 
 def checked(document: Any, source: str) -> dict[str, Any]:
@@ -85,6 +77,12 @@ def expand(document: dict[str, Any], source: str, catalog: tuple[presets.Preset,
     campaign = {**DEFAULT_CAMPAIGN, **document.get("campaign", {})}
     override_sets = document.get("overrides", [{}])
     repeats = document.get("repeats", 1)
+    count = len(chosen) * len(override_sets) * repeats
+    if count > MAX_SHARDS:  # before building any: 10^6 shards would take minutes and gigabytes to list
+        raise contract.UsageError("sweep.too_many_shards", f"{source} expands to {count} shards ({len(chosen)} "
+                                  f"preset(s) x {len(override_sets)} override set(s) x {repeats} repeat(s)); a "
+                                  f"sweep runs at most {MAX_SHARDS}", "split it into several sweeps, each with its "
+                                  "own spec and --folder, or narrow the preset filter")
     shards = []
     for preset in chosen:
         for o_index, overrides in enumerate(override_sets):
