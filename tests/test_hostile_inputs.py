@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
-from sgl_diffusion_bench import inputs
+from sgl_diffusion_bench import contract, inputs
 from sgl_diffusion_bench.judging import engine_baselines, perf_dump
 from sgl_diffusion_bench.results import perf_compare, stats
 
@@ -271,3 +271,37 @@ def test_quoted_long_numbers_and_digit_rich_prompts_are_text_not_refused(tmp_pat
     spec.write_text(SPEC_HEAD + "overrides: [{prompt: '" + "1" * 40 + "'}, {prompt: a 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 "
                     "6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 cat}]\n")
     assert isinstance(inputs.load_yaml(spec, "input.sweep_spec_unreadable")["overrides"][0]["prompt"], str)
+
+
+@pytest.mark.parametrize("script, argv, code", [r for r in READERS if "baseline.unreadable" not in r],
+                         ids=["compare_perf", "judge-log", "analyze_trace", "render_bench_report",
+                              "baseline-report", "baseline-perf-dump", "sweep-spec"])
+def test_a_proc_file_that_refuses_reads_is_an_input_error_not_exit_70(tmp_path, script, argv, code):
+    """/proc/self/mem is a regular file by its stat, and every read of it fails (EIO): a refusal, not a crash."""
+    link = tmp_path / "input.json"
+    link.symlink_to("/proc/self/mem")
+    for path in (str(link), "/proc/self/mem"):
+        run = run_script(script, *argv(path, str(tmp_path / "no-engine")), "--json", timeout=HANG_S)
+        assert _error(run) == (2, code), run.document
+
+
+def test_a_gzip_bomb_trace_is_refused_before_it_fills_memory(tmp_path):
+    import gzip as gzip_module
+
+    bomb = tmp_path / "bomb.trace.json.gz"
+    with gzip_module.open(bomb, "wb", compresslevel=9) as out:
+        out.write(b'{"traceEvents": [' + b" " * (256 << 20) + b"]}")  # 256 MiB of blanks, a few hundred KB packed
+    assert bomb.stat().st_size < 2 << 20
+    run = run_script("analyze_trace", "hotspots", str(bomb), "--json", timeout=HANG_S)
+    assert _error(run) == (2, "input.trace_truncated") and "gzip bomb" in run.document["error"]["message"]
+
+
+def test_bounded_gunzip_reads_what_gzip_reads_and_refuses_the_rest():
+    import gzip as gzip_module
+
+    two_members = gzip_module.compress(b"abc") + gzip_module.compress(b"def")
+    assert inputs.gunzip_bounded(two_members, "x", "input.unreadable") == b"abcdef"
+    for broken in (two_members[:-3], b"\x1f\x8b not gzip"):
+        with pytest.raises(contract.InputError) as caught:
+            inputs.gunzip_bounded(broken, "x", "input.unreadable")
+        assert "truncated or corrupt" in caught.value.message

@@ -5,7 +5,6 @@ InputError (exit 2), never a traceback, a hang or an exit 70.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
@@ -17,6 +16,7 @@ from typing import Any
 from . import contract, fileio
 
 MAX_INPUT_BYTES = 4 << 30  # a 340 MB trace is normal; a file larger than this is not an input of ours
+MAX_GUNZIP_RATIO, MAX_GUNZIP_FLOOR = 200, 64 << 20
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 30  # ns timestamps and byte counts fit; a 4,300-digit integer is an attack, not a figure
 # The largest duration (ms) or memory figure (MiB) a measurement can be: 1e12 ms is 31 years, 1e12 MiB an exbibyte.
@@ -52,14 +52,41 @@ def read_bytes(path: str | Path, code: str, *, gunzip: bool | None = None, max_b
         os.close(fd)
         raise contract.InputError(code, f"{path} is {size} bytes; this kind of input is at most {max_bytes}",
                                   "pass the file itself, trimmed to what it needs")
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read()
+    limit = MAX_INPUT_BYTES if max_bytes is None else max_bytes
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(limit + 1)  # a /proc file says 0 bytes and may give more: read no further than the bound
+    except OSError as exc:  # /proc/self/mem and the like: a regular file that refuses to be read
+        raise contract.InputError(code, f"{path} cannot be read: {exc.strerror or exc}",
+                                  "pass an ordinary file") from None
+    if len(data) > limit:
+        raise contract.InputError(code, f"{path} gives more than {limit} bytes", "pass a smaller file")
     if gunzip or (gunzip is None and str(path).endswith(".gz")):
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise contract.InputError(code, f"{path} is not valid gzip: {exc}", "pass an intact .gz file") from None
+        data = gunzip_bounded(data, str(path), code)
     return data
+
+
+def gunzip_bounded(data: bytes, source: str, code: str, hint: str = "pass an intact .gz file") -> bytes:
+    """gzip data decompressed, refused as a bomb when it grows past MAX_GUNZIP_RATIO times its size (and
+    MAX_GUNZIP_FLOOR) or past MAX_INPUT_BYTES: real traces compress 10-30 times, a bomb of zeros a thousand."""
+    limit = min(MAX_INPUT_BYTES, max(MAX_GUNZIP_FLOOR, MAX_GUNZIP_RATIO * len(data)))
+    out, rest = bytearray(), data
+    try:
+        while rest:
+            inflater = zlib.decompressobj(wbits=31)
+            while rest and not inflater.eof:
+                out += inflater.decompress(rest, limit + 1 - len(out))
+                rest = inflater.unconsumed_tail
+                if len(out) > limit:
+                    raise contract.InputError(code, f"{source} decompresses past {limit} bytes ({len(data)} "
+                                              "compressed): a gzip bomb, not a file the tools wrote",
+                                              "pass the file the profiler or the tool wrote")
+            if not inflater.eof:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            rest = inflater.unused_data
+    except (EOFError, zlib.error) as exc:
+        raise contract.InputError(code, f"{source}: gzip stream is truncated or corrupt ({exc})", hint) from None
+    return bytes(out)
 
 
 def decode_text(data: bytes, source: str, code: str) -> str:

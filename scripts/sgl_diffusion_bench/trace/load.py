@@ -7,9 +7,7 @@ fail to be a trace becomes an ``InputError`` (exit 2) with a hint, never a trace
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from pathlib import Path
 from typing import Annotated
 
@@ -75,12 +73,8 @@ def read_trace_bytes(path: Path) -> bytes:
         raise InputError("input.trace_unreadable", f"cannot read {path}: {exc}",
                          "check the path and permissions") from exc
     if raw[:2] == GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise InputError("input.trace_truncated", f"{path}: gzip stream is truncated or corrupt ({exc})",
-                             "the profiler may still have been writing it; re-copy the file or re-run the "
-                             "profile") from exc
+        raw = inputs.gunzip_bounded(raw, str(path), "input.trace_truncated", "the profiler may still have been "
+                                    "writing it; re-copy the file or re-run the profile")
     if not raw.strip():
         raise InputError("input.trace_empty", f"{path} is empty",
                          "the profiler wrote nothing; re-run the profile and wait for 'Saved profiler traces'")
