@@ -25,22 +25,23 @@ BUSY_PCT = 25.0  # percent of one core over the window
 MAX_LISTED = 5
 
 
-def sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT
-           ) -> dict[str, Any]:
+def sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT,
+           listed: int = MAX_LISTED) -> dict[str, Any]:
     """One host sample: 1-minute load, CPU count, machine CPU %, and the busiest processes other than this one.
     Taken at cell boundaries, when no engine of ours runs: a leftover engine worker still spinning counts too."""
-    return start_sample(exclude, window_s, busy_pct)()
+    return start_sample(exclude, window_s, busy_pct, listed=listed)()
 
 
 def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_pct: float = BUSY_PCT,
-                 exclude_group: int | None = None) -> Callable[[], dict[str, Any]]:
+                 exclude_group: int | None = None, listed: int = MAX_LISTED) -> Callable[[], dict[str, Any]]:
     """``sample`` without waiting for its window: the processes are listed now, measured over the next
     ``window_s`` on a thread; the returned getter waits for the result. A process started after this call (the
     engine a cold cell spawns next) is not among them, nor one in process group ``exclude_group`` (an engine of
     ours winding down), so the window may overlap the engine's start, its shutdown or the judging of a request:
-    only the machine-wide CPU % then includes that work of ours."""
+    only the machine-wide CPU % then includes that work of ours. ``listed``: how many of the busiest are named
+    (all are counted)."""
     result: dict[str, Any] = {}
-    measure = _prime(exclude, window_s, busy_pct, exclude_group)
+    measure = _prime(exclude, window_s, busy_pct, exclude_group, listed)
     thread = threading.Thread(target=lambda: result.update(measure()), name="host-sample", daemon=True)
     thread.start()
 
@@ -50,8 +51,8 @@ def start_sample(exclude: Iterable[int] = (), window_s: float = SAMPLE_S, busy_p
     return get
 
 
-def _prime(exclude: Iterable[int], window_s: float, busy_pct: float,
-           exclude_group: int | None = None) -> Callable[[], dict[str, Any]]:
+def _prime(exclude: Iterable[int], window_s: float, busy_pct: float, exclude_group: int | None,
+           listed: int) -> Callable[[], dict[str, Any]]:
     excluded = {os.getpid(), *exclude}
     ours: set[int] = set()
     procs = []
@@ -86,7 +87,7 @@ def _prime(exclude: Iterable[int], window_s: float, busy_pct: float,
         busy.sort(key=lambda p: -p["cpu_percent"])
         load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         return {"load_avg_1m": None if load1 is None else round(load1, 2), "cpu_count": psutil.cpu_count() or 1,
-                "cpu_percent": round(machine, 1), "busy_processes": busy[:MAX_LISTED],
+                "cpu_percent": round(machine, 1), "busy_processes": busy[:listed],
                 "busy_process_count": len(busy)}
     return measure
 
