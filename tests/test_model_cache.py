@@ -3,10 +3,11 @@ faulty deletions. Every test checks what is on disk afterwards, not what the cod
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import os
 import stat
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -437,3 +438,14 @@ def test_preflight_unreachable_hub_is_an_error_string_not_a_crash(tmp_path):
     result = model_cache.disk_preflight("black-forest-labs/FLUX.1-dev", None, tmp_path, [], environ={},
                                         hub_timeout_s=3)
     assert result["outcome"] == "unknown_size" and result["hub_error"]
+
+
+def test_preflight_keeps_a_total_deadline_on_the_hub_call(tmp_path):
+    """huggingface_hub's timeout bounds each socket read; a hub that answers slowly is cut off at the deadline."""
+    def slow(*args, **kwargs):
+        time.sleep(30)
+
+    started = time.monotonic()
+    result = model_cache.disk_preflight("org/slow", None, tmp_path, [], environ={}, model_info=slow, hub_timeout_s=0.5)
+    assert time.monotonic() - started < 5
+    assert result["outcome"] == "unknown_size" and "within 0.5 s" in result["hub_error"]

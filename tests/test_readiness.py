@@ -57,6 +57,35 @@ def test_an_answering_hub_is_reachable_even_with_an_error_status():
     assert readiness.hub_reachability({"HF_HUB_OFFLINE": "1"})["checked"] is False
 
 
+def test_a_hub_that_trickles_its_answer_is_cut_off_at_the_total_deadline():
+    """A byte every 0.2 s keeps every socket read inside its timeout: only a total deadline ends the check."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                if stop.wait(0.2):
+                    return
+                conn.sendall(bytes([byte]))
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    try:
+        hub = readiness.hub_reachability({"HF_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}"}, 1.0)
+    finally:
+        stop.set()
+        listener.close()
+    assert time.monotonic() - started < 3
+    assert hub["checked"] and not hub["reachable"] and "within 1 s" in hub["error"], hub
+
+
 def test_gpus_must_be_idle_and_unleased():
     preset = presets.get_preset("flux")  # 2 GPUs
     nvml = fake_nvml.FakeNvml([fake_nvml.FakeDevice(uuid=f"GPU-{i}") for i in range(3)])

@@ -7,9 +7,12 @@ values from ``ENV_VARS_TRUE_VALUES``), applied to any environment, e.g. the one 
 from __future__ import annotations
 
 import os
+import threading
 import urllib.parse
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
+
+T = TypeVar("T")
 
 # huggingface_hub reads HF_TOKEN, then HUGGING_FACE_HUB_TOKEN; older diffusers and sglang code read
 # HUGGINGFACE_HUB_TOKEN. All three are secrets: presence only, never the value.
@@ -74,3 +77,29 @@ def endpoint_problem(environ: Mapping[str, str] | None = None) -> str | None:
     if parts.scheme not in ("http", "https") or not host:
         return f"HF_ENDPOINT={value!r} is not an http(s) URL with a host"
     return None
+
+
+class DeadlinePassed(TimeoutError):
+    """A hub call gave no complete answer within its total deadline (its socket timeout bounds each read only)."""
+
+
+def within(deadline_s: float, call: Callable[[], T]) -> T:
+    """``call()`` under a total deadline: an endpoint that trickles a byte every half second never times out a
+    socket read, so the call runs on a daemon thread and DeadlinePassed is raised when the deadline passes (the
+    thread is left to end with the process). Exceptions of ``call`` are raised here."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="hub-call", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if worker.is_alive():
+        raise DeadlinePassed(f"no complete answer within {deadline_s:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]

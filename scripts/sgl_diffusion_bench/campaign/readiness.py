@@ -20,8 +20,9 @@ DISK_HEADROOM_BYTES = 2 * 1024 ** 3  # room for outputs, traces and a partial do
 
 
 def hub_reachability(environ: Mapping[str, str], timeout_s: float = DEFAULT_HUB_TIMEOUT_S) -> dict[str, Any]:
-    """Ask the hub endpoint (HF_ENDPOINT, else huggingface_hub's default) with a short timeout; any HTTP answer,
-    even an error status, means it is reachable. Offline settings are reported, not overridden."""
+    """Ask the hub endpoint (HF_ENDPOINT, else huggingface_hub's default) within ``timeout_s`` in all (a server
+    that trickles its answer is cut off too); any HTTP answer, even an error status, means it is reachable.
+    Offline settings are reported, not overridden."""
     import urllib.error
     import urllib.request  # with http.client and ssl, ~30 ms: only this check needs them
 
@@ -32,9 +33,12 @@ def hub_reachability(environ: Mapping[str, str], timeout_s: float = DEFAULT_HUB_
         return {"endpoint": endpoint, "reachable": False, "checked": False, "latency_ms": None,
                 "error": "HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE is set: the hub is not asked"}
     start = time.monotonic()
-    try:
+    def head() -> None:
         with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout_s):
             pass
+
+    try:
+        hf_settings.within(timeout_s, head)
         error = None
     except urllib.error.HTTPError:
         error = None  # the server answered

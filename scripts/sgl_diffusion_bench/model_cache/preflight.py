@@ -82,8 +82,9 @@ def _hub_files(model_id: str, revision: str | None, timeout_s: float, env, model
 
     fetch = model_info or HfApi().model_info
     try:
-        info = fetch(model_id, revision=revision, files_metadata=True, timeout=timeout_s)
-    except (OSError, httpx.HTTPError, HfHubHTTPError, ValueError) as exc:
+        info = hf_settings.within(timeout_s, lambda: fetch(model_id, revision=revision, files_metadata=True,
+                                                            timeout=timeout_s))
+    except (OSError, httpx.HTTPError, HfHubHTTPError, ValueError) as exc:  # DeadlinePassed is a TimeoutError
         return None, contract.redact(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")[:300]
     files = []
     for sibling in info.siblings or []:
