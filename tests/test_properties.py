@@ -1,4 +1,5 @@
-"""Property-based tests (hypothesis) of every reader and comparer on documents shaped like the real ones.
+"""Property-based tests (hypothesis) of every reader and comparer on documents shaped like the real ones, and of the
+sweep's readers (a spec, a sweep folder's state and result files) and the bounded gzip reader.
 
 test_reliability_fuzz.py throws bytes at every reader; here the inputs are near-valid documents (perf dumps, engine
 logs, traces, bench reports, engine baseline files) whose figures and shapes vary over the whole float range and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import TEST_FIXTURES, run_main
-from sgl_diffusion_bench import contract
+from sgl_diffusion_bench import contract, inputs
 from sgl_diffusion_bench.judging import engine_baselines, perf_dump
+from sgl_diffusion_bench.sweep import spec as sweep_spec
+from sgl_diffusion_bench.sweep import state as sweep_state
 
 DEADLINE = datetime.timedelta(seconds=20)  # a hang is minutes; a busy 2-core host is a few seconds
 PROPERTIES = settings(max_examples=50, deadline=DEADLINE, derandomize=True, database=None,
@@ -258,3 +262,61 @@ def test_compare_engine_baseline_gives_a_document_or_a_refusal_for_any_baseline_
     run = run_main("compare_engine_baseline", "--perf-dump", _write(folder / "perf.json", dump), "--gpu-class",
                    "h100", "--scenario", "flux_image_t2i", "--engine-dir", str(folder / "sglang"), "--json")
     assert run.returncode in CONTRACT_EXITS, run.stdout[-2000:]
+
+
+# --- the sweep's readers: a user's spec (YAML), and the folder's own files ------------------------------------------
+
+SPEC_PIECES = ["schema: sweep-spec.v1", "presets: {names: [tiny-flux-cpu]}", "repeats: 2", "repeats: .inf",
+               "campaign: {mode: ab, arm_b_args: \"--x 'y\"}", "campaign: {threshold_pct: .nan}", "a: &x [1, 2]",
+               "b: *x", "overrides: [{seed: 1}, {seed: 2}]", "overrides: [{seed: " + "9" * 40 + "}]", "- 1",
+               "presets: {filter: {}}", "{", "]]", "\t", "name: ok-1", "x: [[[[[[[[", "? complex", "!!python/tuple [1]"]
+
+
+@PROPERTIES
+@given(pieces=st.lists(st.one_of(st.sampled_from(SPEC_PIECES), st.text(max_size=30)), max_size=8))
+def test_sweep_plan_gives_a_document_or_a_refusal_for_any_spec(tmp_path_factory, pieces):
+    folder = tmp_path_factory.mktemp("spec")
+    spec = folder / "spec.yaml"
+    spec.write_text("\n".join(pieces), encoding="utf-8", errors="surrogatepass")
+    run = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(folder / "sw"), "--json")
+    assert run.returncode in CONTRACT_EXITS
+    if run.returncode in REFUSALS:
+        assert run.document["schema"] == "error.v1"
+
+
+json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                           max_leaves=12)
+state_like = st.fixed_dictionaries({"status": st.sampled_from(["running", "done", "failed", "pending", "x"])},
+                                   optional={"pid": json_values, "attempt": json_values, "host": json_values,
+                                             "hash": json_values, "result_sha256": json_values, "reason": json_values})
+
+
+@PROPERTIES
+@given(state=st.one_of(state_like, json_values), result=st.one_of(st.none(), json_values))
+def test_sweep_status_and_merge_read_any_shard_files(tmp_path_factory, state, result):
+    folder = tmp_path_factory.mktemp("sweep") / "sw"
+    spec = sweep_spec.expand({"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}}, "s.yaml")
+    sweep_state.prepare(folder, spec.name, spec.document)
+    directory = sweep_state.shard_dir(folder, spec.shards[0].id)
+    directory.mkdir(parents=True)
+    (directory / "state.json").write_text(json.dumps(state))  # NaN and Infinity included, as a tampered file has
+    if result is not None:
+        (directory / "result.json").write_text(json.dumps(result))
+    for command in ("status", "merge"):
+        run = run_main("sweep_diffusion", command, "--folder", str(folder), "--json")
+        assert run.returncode in {0, 1}, run.document
+        assert run.document["shards"][0]["status"] in sweep_state.STATUSES
+
+
+@PROPERTIES
+@given(data=st.one_of(st.binary(max_size=64), st.builds(lambda b, cut: gzip.compress(b)[:cut],
+                                                        st.binary(max_size=256), st.integers(0, 300))))
+def test_a_gz_input_is_its_bytes_or_a_refusal(data):
+    try:
+        out = inputs.gunzip_bounded(data, "x.gz", "input.unreadable")
+    except contract.InputError as exc:
+        assert exc.code == "input.unreadable"
+    else:
+        assert out == gzip.decompress(data)
