@@ -72,6 +72,7 @@ class CampaignRunner:
         self.looks: list[dict[str, Any]] = []  # --until-verdict: one entry per look at the change
         self._started_monotonic = time.monotonic()  # reset when the cells start (the time budget counts from there)
         self.report_path = ctx.report_path
+        self._manifest_sizes: tuple[str, ...] | None = None  # a manifest's warm-up sizes, computed on first use
         self.invocations = [self._build(slot, asset_filenames) for slot in self.plan.slots]
         self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path, None if s.request is None else
                                   manifest_campaign.cell_request(self._slot_preset(s), self.plan.manifest, s.request))
@@ -86,11 +87,16 @@ class CampaignRunner:
         self.last_document: dict[str, Any] | None = None  # the report as last written (also after Ctrl-C)
         self.claim: run_claim.RunClaim | None = None  # taken by check_fresh
 
+    def _warmup_sizes(self) -> tuple[str, ...]:
+        if self._manifest_sizes is None:
+            self._manifest_sizes = manifest_campaign.warmup_resolutions(self.preset, self.plan.manifest)
+        return self._manifest_sizes
+
     def _slot_preset(self, slot: design.Slot) -> Preset:
         """The preset as this slot's request runs it: its manifest request's fields, then the arm's own."""
         fields, _ = design.arm_request_fields(self.plan.arms[slot.arm].extra_args, presets.OVERRIDABLE_FIELDS)
         preset = self.preset if slot.request is None else \
-            manifest_campaign.request_preset(self.preset, self.plan.manifest, slot.request)
+            manifest_campaign.request_preset(self.preset, self.plan.manifest, slot.request, self._warmup_sizes())
         return presets.customised([preset], fields, None)[0]
 
     def _build(self, slot: design.Slot, asset_filenames: Mapping[str, str]) -> command_builder.Invocation:

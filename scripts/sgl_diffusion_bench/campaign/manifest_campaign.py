@@ -15,11 +15,16 @@ from ..presets import Preset
 from ..engine.request_manifest import Manifest, preset_fields
 
 
-def request_preset(preset: Preset, manifest: Manifest, index: int) -> Preset:
-    """``preset`` as manifest request ``index`` runs it."""
+def warmup_resolutions(preset: Preset, manifest: Manifest) -> tuple[str, ...]:
+    """Every size a BCG arm warms up at: the preset's, then each manifest size once (computed once per campaign:
+    per request it made planning a 10^5-line manifest quadratic)."""
     sizes = [*preset.bcg_warmup_resolutions, *(f"{r.width}x{r.height}" for r in manifest.requests)]
-    return dataclasses.replace(preset, **preset_fields(manifest.requests[index]),
-                               bcg_warmup_resolutions=tuple(dict.fromkeys(sizes)))
+    return tuple(dict.fromkeys(sizes))
+
+
+def request_preset(preset: Preset, manifest: Manifest, index: int, resolutions: tuple[str, ...]) -> Preset:
+    """``preset`` as manifest request ``index`` runs it; ``resolutions`` is warmup_resolutions(preset, manifest)."""
+    return dataclasses.replace(preset, **preset_fields(manifest.requests[index]), bcg_warmup_resolutions=resolutions)
 
 
 def cell_request(preset: Preset, manifest: Manifest, index: int) -> dict[str, Any]:
