@@ -61,18 +61,23 @@ def prepare(folder: Path, name: str, spec_document: dict[str, Any]) -> None:
                                               indent=1, sort_keys=True))
 
 
+def _checked(path: Path, schema_id: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A document of the folder read through inputs and checked against its schema, or why it is not one."""
+    try:
+        document = inputs.load_json(path, "input.unreadable")
+        contract.validate_input(document, schema_id, str(path))
+    except contract.InputError as exc:
+        return None, exc.message
+    return document, None
+
+
 def load_state(folder: Path, shard_id: str) -> tuple[dict[str, Any] | None, str | None]:
     """The shard's state.json checked against sweep-shard-state.v1, and what is wrong with it when it is damaged
     ``(None, problem)``; ``(None, None)`` when there is none yet."""
     path = shard_dir(folder, shard_id) / "state.json"
     if not path.exists() and not path.is_symlink():
         return None, None
-    try:
-        document = inputs.load_json(path, "input.unreadable")
-        contract.validate_input(document, STATE_SCHEMA, str(path))
-    except contract.InputError as exc:
-        return None, exc.message
-    return document, None
+    return _checked(path, STATE_SCHEMA)
 
 
 def read_state(folder: Path, shard_id: str) -> dict[str, Any] | None:
@@ -82,20 +87,13 @@ def read_state(folder: Path, shard_id: str) -> dict[str, Any] | None:
 
 def load_result(folder: Path, shard_id: str, name: str = "result.json") -> tuple[dict[str, Any] | None, str | None]:
     """A bench report the shard's attempt wrote, checked against bench-report.v1, or why it is not one."""
-    path = shard_dir(folder, shard_id) / name
-    try:
-        document = inputs.load_json(path, "input.unreadable")
-        contract.validate_input(document, RESULT_SCHEMA, str(path))
-    except contract.InputError as exc:
-        return None, exc.message
-    return document, None
+    return _checked(shard_dir(folder, shard_id) / name, RESULT_SCHEMA)
 
 
 def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:
     directory = shard_dir(folder, shard_id)
     directory.mkdir(parents=True, exist_ok=True)
     fileio.atomic_write_text(directory / "state.json", json.dumps(state, indent=1, sort_keys=True))
-
 
 
 def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, Any]:
