@@ -70,23 +70,25 @@ def gunzip_bounded(data: bytes, source: str, code: str, hint: str = "pass an int
     """gzip data decompressed, refused as a bomb when it grows past MAX_GUNZIP_RATIO times its size (and
     MAX_GUNZIP_FLOOR) or past MAX_INPUT_BYTES: real traces compress 10-30 times, a bomb of zeros a thousand."""
     limit = min(MAX_INPUT_BYTES, max(MAX_GUNZIP_FLOOR, MAX_GUNZIP_RATIO * len(data)))
-    out, rest = bytearray(), data
+    pieces: list[bytes] = []
+    total, rest = 0, data
     try:
-        while rest:
+        while rest:  # one gzip member per turn (a file may hold several, as gzip.decompress reads them)
             inflater = zlib.decompressobj(wbits=31)
-            while rest and not inflater.eof:
-                out += inflater.decompress(rest, limit + 1 - len(out))
-                rest = inflater.unconsumed_tail
-                if len(out) > limit:
-                    raise contract.InputError(code, f"{source} decompresses past {limit} bytes ({len(data)} "
-                                              "compressed): a gzip bomb, not a file the tools wrote",
-                                              "pass the file the profiler or the tool wrote")
+            budget = limit + 1 - total
+            piece = inflater.decompress(rest, budget)  # one allocation per member: a 6 GB trace is not copied
+            if len(piece) >= budget:
+                raise contract.InputError(code, f"{source} decompresses past {limit} bytes ({len(data)} "
+                                          "compressed): a gzip bomb, not a file the tools wrote",
+                                          "pass the file the profiler or the tool wrote")
             if not inflater.eof:
                 raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            pieces.append(piece)
+            total += len(piece)
             rest = inflater.unused_data
     except (EOFError, zlib.error) as exc:
         raise contract.InputError(code, f"{source}: gzip stream is truncated or corrupt ({exc})", hint) from None
-    return bytes(out)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def decode_text(data: bytes, source: str, code: str) -> str:
