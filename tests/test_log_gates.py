@@ -84,6 +84,7 @@ def test_every_marker_example_matches_its_pattern_and_only_bcg_sets_have_bcg_mar
     ("0.5.24.dev3+g1234abc", "main", True),  # unknown newer: newest set plus a warning
     ("0.6.0", "main", True),
     ("not-a-version", "main", True),
+    ("9" * 5000, "main", True),              # past int()'s digit limit: a guess with a warning, not exit 70
     (None, "main", True),
 ])
 def test_version_selects_a_release_and_warns_when_it_guessed(version, release, guessed):

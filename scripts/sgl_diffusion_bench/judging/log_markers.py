@@ -123,8 +123,9 @@ class MarkerCatalog:
                 return self.for_release(release.id)
         try:
             wanted = Version(version)
-        except InvalidVersion:
-            return self.for_release(newest.id, (f"engine version {version!r} is not a PEP 440 version; using the "
+        except ValueError:  # InvalidVersion, or a 5000-digit part past int()'s digit limit
+            shown = version if len(version) <= 60 else f"{version[:40]}... ({len(version)} characters)"
+            return self.for_release(newest.id, (f"engine version {shown!r} is not a PEP 440 version; using the "
                                                 f"newest marker set ({newest.id})",))
         numbered = [r for r in self.releases if r.version is not None]
         for release in numbered:
