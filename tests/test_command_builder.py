@@ -215,6 +215,7 @@ def test_run_ids_never_collide_across_labels_arms_and_slots():
     (dict(label="my_label"), "usage.bad_label"),
     (dict(label="a/b"), "usage.bad_label"),
     (dict(label="base.1"), "usage.bad_label"),
+    (dict(label="a" * 101), "usage.bad_label"),  # the dry run once took 5000; the real run failed on the folder name
     (dict(arm="A_1"), "usage.bad_label"),
 ])
 def test_run_options_reject_bad_combinations(options, code):

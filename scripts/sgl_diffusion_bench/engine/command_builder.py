@@ -28,6 +28,7 @@ WARMUP_MODE_DEFAULT = "request"
 RESIDENCY_MODES = ("resident", "component-offload", "snapshot-offload", "layerwise-offload")  # 0.5.23 server_args
 # No '_' (run ids join their parts with '__') and no '.' (so "<run id>.*" never matches a longer run id).
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
+MAX_LABEL_CHARS = 100  # a label names folders and files beside the preset, arm and round: 255 bytes in all
 # Every benchmark runs sglang's native pipeline: a diffusers fallback is caught by the log gate, never chosen.
 BACKEND_PIN = "--backend=sglang"
 BENCH_ENV_DEFAULTS = {"FLASHINFER_DISABLE_VERSION_CHECK": "1", "SGLANG_DIFFUSION_SYNC_STAGE_PROFILING": "1"}
@@ -68,6 +69,10 @@ class RunOptions:
             if value is not None and not LABEL_PATTERN.match(value):
                 raise contract.UsageError("usage.bad_label", f"{name} {value!r} must match {LABEL_PATTERN.pattern}",
                                           "use letters, digits and '-'")
+            if value is not None and len(value) > MAX_LABEL_CHARS:
+                raise contract.UsageError("usage.bad_label", f"{name} is {len(value)} characters; at most "
+                                          f"{MAX_LABEL_CHARS} (it names the run's folders and files)",
+                                          "use a shorter label")
         if self.warmup_steps is not None and self.warmup_steps < 1:
             raise contract.UsageError("usage.bad_warmup_steps", f"--warmup-steps must be at least 1, got "
                                       f"{self.warmup_steps}", "use --warmup-steps 1")
