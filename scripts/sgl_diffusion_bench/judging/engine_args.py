@@ -59,7 +59,14 @@ class EngineRunFacts:
 
     def parse_server_args(self, line: str) -> dict[str, Any] | None:
         """The effective settings of one ``server_args: {...}`` log line, or None when the line is not one."""
-        match = self._match("server_args", log_gates.clean_line(line))
+        return self._settings(log_gates.clean_line(line))
+
+    def parse_warmup(self, line: str) -> dict[str, Any] | None:
+        """One finished warm-up request: what it was, its resolution, its steps and its seconds (the engine's own)."""
+        return self._warmup(log_gates.clean_line(line))
+
+    def _settings(self, text: str) -> dict[str, Any] | None:
+        match = self._match("server_args", text)
         if not match:
             return None
         try:
@@ -68,9 +75,8 @@ class EngineRunFacts:
             return None
         return {k: args[k] for k in EFFECTIVE_KEYS if k in args} if isinstance(args, dict) else None
 
-    def parse_warmup(self, line: str) -> dict[str, Any] | None:
-        """One finished warm-up request: what it was, its resolution, its steps and its seconds (the engine's own)."""
-        match = self._match("warmup_done", log_gates.clean_line(line).split("\r")[-1])
+    def _warmup(self, text: str) -> dict[str, Any] | None:
+        match = self._match("warmup_done", text.split("\r")[-1])
         if not match:
             return None
         groups = match.groupdict()
@@ -82,12 +88,13 @@ class EngineRunFacts:
                 "seconds": float(groups["seconds"])}
 
     def feed(self, line: str) -> None:
+        text = log_gates.clean_line(line)  # once per line: this runs on every line an engine prints
         if self.server_args is None:
-            settings = self.parse_server_args(line)
+            settings = self._settings(text)
             if settings is not None:
                 self.server_args = settings
                 return
-        warmup = self.parse_warmup(line)
+        warmup = self._warmup(text)
         # tqdm prints its last state twice (refresh, then close): one request, not two
         if warmup and (not self.warmups or warmup != self.warmups[-1]):
             self.warmups.append(warmup)
