@@ -65,3 +65,12 @@ def test_the_sh_trampoline_for_long_paths_is_read(tmp_path):
     (python.parent / "sglang").write_text(f"#!/bin/sh\n'''exec' '{gone}' \"$0\" \"$@\"\n' '''\n{CONSOLE_SCRIPT}")
     assert engine_python.script_interpreter(python.parent / "sglang") == str(gone)
     assert str(gone) in (engine_python.stale_shebang(str(python)) or "")
+
+
+def test_a_script_naming_python_is_the_same_interpreter_as_python3_beside_it(tmp_path):
+    """A venv's python3 links to its python: one interpreter, no warning (every command warned before)."""
+    python = _venv_with_sglang(tmp_path / "env")
+    python3 = python.parent / "python3"
+    assert python3.is_symlink() and python3.resolve() == python.resolve()
+    assert engine_python.stale_shebang(str(python3)) is None
+    assert engine_python.sglang_cli(str(python3)) == [str(python.parent / "sglang")]

@@ -120,14 +120,16 @@ def stale_shebang(python: str) -> str | None:
         return None
     if not (Path(named).is_file() and os.access(named, os.X_OK)):
         return f"{script}'s first line names {named}, which does not exist (was the environment moved?)"
-    if _venv_path(Path(named)) != _venv_path(Path(python)):
+    if _runs_as(Path(named)) != _runs_as(Path(python)):
         return f"{script}'s first line names {named}, another interpreter than {python}"
     return None
 
 
-def _venv_path(python: Path) -> Path:
-    """Its folder resolved but not the file: a venv's python is a symlink to the base one, which has no venv."""
-    return python.absolute().parent.resolve() / python.name
+def _runs_as(python: Path) -> tuple[Path, Path]:
+    """What starting this path runs: its venv (the folder, resolved) and the binary (the file, resolved). A venv's
+    ``python3`` links to its ``python``, one interpreter under two names; a venv's python links to the base one,
+    which is another interpreter since it has no venv."""
+    return python.absolute().parent.resolve(), python.resolve()
 
 
 _told_stale: set[str] = set()
