@@ -86,9 +86,21 @@ def local_sweep(tmp_path_factory, tiny_env):
             "report": sweep("merge", "--folder", str(folder))}
 
 
+def failures(folder: Path, document: dict) -> str:
+    """Each shard not done, with its reason and the end of its bench's stderr: what a red CI run needs to say."""
+    lines = []
+    for row in document["shards"]:
+        if row["status"] != "done":
+            log = folder / "shards" / row["id"] / f"attempt-{row['attempts']}.stderr.log"
+            tail = log.read_text(errors="replace").splitlines()[-25:] if log.is_file() else ["(no stderr log)"]
+            lines += [f"{row['id']}: {row['status']}: {row['reason']}", *(f"    {t}" for t in tail)]
+    return "\n".join(lines)
+
+
 def test_a_local_sweep_runs_every_shard_and_merges_one_report(local_sweep):
     ran, report = local_sweep["run"], local_sweep["report"]
-    assert ran["ok"] and ran["counts"] == {"done": 4, "running": 0, "failed": 0, "pending": 0}, ran
+    assert ran["ok"] and ran["counts"] == {"done": 4, "running": 0, "failed": 0, "pending": 0}, \
+        failures(local_sweep["folder"], ran)
     assert sorted(ran["run"]["submitted"]) == SHARDS and ran["run"]["executor"] == "local"
     assert report["schema"] == "sweep-report.v1" and report["ok"] and report["failures"] == []
     rows = by_id(report)
