@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_main
+from conftest import REPO, TEST_FIXTURES, run_main
 from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.sweep import driver as sweep_driver
 from sgl_diffusion_bench.sweep import plan as sweep_plan
 from sgl_diffusion_bench.sweep import spec as sweep_spec
 from sgl_diffusion_bench.sweep import state as sweep_state
+
+
+REPO_DATA = REPO / "scripts" / "sgl_diffusion_bench" / "data"
 
 
 def write_spec(path: Path, document: dict) -> Path:
@@ -36,7 +39,10 @@ def test_a_filter_spec_plans_one_shard_per_preset_override_and_repeat(tmp_path):
     doc = run.document
     expected = ["tiny-flux-cpu"] + [p.name for p in presets.filter_presets(presets.load_presets(), tags=["nightly"],
                                                                           max_gpus=2) if p.name != "tiny-flux-cpu"]
-    assert run.returncode == 0 and doc["schema"] == "sweep-plan.v1"
+    assert doc["schema"] == "sweep-plan.v1" and doc["where"]["executor"] == "local"
+    gpus_here = doc["where"]["gpus"]
+    assert all(s["runnable"] == (s["gpus"] <= gpus_here) for s in doc["shards"])
+    assert doc["ok"] == all(s["runnable"] for s in doc["shards"]) and run.returncode == (0 if doc["ok"] else 1)
     assert len(expected) > 2 and doc["totals"]["shards"] == len(expected) * 2 * 2 == len(doc["shards"])
     assert list(dict.fromkeys(s["preset"] for s in doc["shards"])) == expected
     assert len({s["id"] for s in doc["shards"]}) == len({s["hash"] for s in doc["shards"]}) == len(doc["shards"])
@@ -64,6 +70,40 @@ def test_the_hash_follows_what_the_shard_runs_and_an_earlier_run_replaces_the_es
     assert sweep_plan.estimate(one, {})["source"] == "model"
     measured = sweep_plan.estimate(one, {"tiny-flux-cpu": 90.0})
     assert measured["source"] == "earlier_run" and measured["minutes"] == 1.5 and measured["time_limit_min"] == 8
+
+
+def test_the_plan_marks_shards_this_host_cannot_run_and_says_how_to_drop_them(tmp_path):
+    """What `run` would refuse (a GPU shard on a GPU-less host) is seen in the plan, with exit 1 and the way out."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this host has GPUs")
+    spec = REPO_DATA / "sample_sweep.yaml"
+    run = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(tmp_path / "sw"), "--json")
+    doc = run.document
+    blocked = [s for s in doc["shards"] if not s["runnable"]]
+    assert run.returncode == 1 and not doc["ok"] and doc["where"] == {**doc["where"], "executor": "local", "gpus": 0,
+                                                                       "problem": None}
+    assert blocked and all(s["gpus"] >= 1 and "this host has at most 0" in s["not_runnable_reason"] for s in blocked)
+    assert all(s["runnable"] and s["not_runnable_reason"] is None for s in doc["shards"] if s["gpus"] == 0)
+    assert all(s["preset"] in doc["where"]["hint"] for s in blocked) and "presets.filter.max_gpus: 0" in \
+        doc["where"]["hint"]
+    text = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(tmp_path / "sw"))
+    assert text.returncode == 1 and "not runnable with --executor local" in text.stderr + text.stdout
+    # the named GPU preset is not dropped by the filter: `run` says to take it out of presets.names
+    named = write_spec(tmp_path / "named.yaml", {"schema": "sweep-spec.v1", "presets": {
+        "names": ["flux"], "filter": {"tags": ["cpu"], "max_gpus": 0}}})
+    refused = run_main("sweep_diffusion", "run", str(named), "--folder", str(tmp_path / "sw"), "--json")
+    assert refused.returncode == 3 and "flux" in refused.document["error"]["hint"]
+    assert "presets.names" in refused.document["error"]["hint"]
+
+
+def test_a_plan_for_an_executor_missing_here_marks_every_shard_with_the_reason(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", {"schema": "sweep-spec.v1", "presets": {"names": ["tiny-flux-cpu"]}})
+    run = run_main("sweep_diffusion", "plan", str(spec), "--folder", str(tmp_path / "sw"), "--executor", "ray",
+                   "--ray-address", "127.0.0.1:1", "--json")
+    doc = run.document
+    assert run.returncode == 1 and doc["where"]["gpus"] is None and doc["where"]["problem"]
+    assert all(not s["runnable"] and s["not_runnable_reason"] == doc["where"]["problem"] for s in doc["shards"])
+    assert not (tmp_path / "sw").exists()
 
 
 @pytest.mark.parametrize("document, code, exit_code", [

@@ -35,13 +35,12 @@ def build_parser() -> _runner.Parser:
     p = _runner.add_command(sub, "plan", parents=[parent], help="the shards of a spec: commands, GPUs, estimated cost")
     p.add_argument("spec", help="the sweep spec (YAML, sweep-spec.v1)")
     p.add_argument("--folder", default="sweep", help="the sweep folder the commands write to (default ./sweep)")
+    _executor_arguments(p, "where `run` would put the shards, to mark each runnable there or not: ")
     p = _runner.add_command(sub, "run", parents=[parent],
                             help="run the shards not finished yet (skips done, retries failed)")
     p.add_argument("spec", help="the sweep spec (YAML, sweep-spec.v1)")
     p.add_argument("--folder", required=True, help="the sweep folder (a shared file system for Slurm)")
-    p.add_argument("--executor", choices=executors.EXECUTORS, default="local",
-                   help="local (default: one shard after another on this host), slurm (submitit job array) or "
-                        "ray (tasks on a running cluster)")
+    _executor_arguments(p, "")
     p.add_argument("--parallel", type=_runner.bounded_int(1, 1024), default=1,
                    help="local: shards at once on this host (GPU shards take distinct GPUs through leases; "
                         "default 1)")
@@ -55,7 +54,6 @@ def build_parser() -> _runner.Parser:
                    help="slurm: CPUs per shard (default 1)")
     p.add_argument("--max-parallel", type=_runner.bounded_int(1, 100000),
                    help="slurm: at most this many shards at once (the job array's throttle)")
-    p.add_argument("--ray-address", help="ray: the cluster's address (default: $RAY_ADDRESS, else 'auto')")
     for name, text in (("status", "done / running / failed / pending per shard, from the sweep folder"),
                        ("merge", "one sweep-report.v1, its Markdown and a Pareto plot per arm")):
         p = _runner.add_command(sub, name, parents=[parent], help=text)
@@ -67,6 +65,13 @@ def build_parser() -> _runner.Parser:
     p.add_argument("--folder", required=True, help="the sweep folder")
     p.add_argument("--shard", action="append", required=True, help="a shard id (repeatable)")
     return parser
+
+
+def _executor_arguments(p: argparse.ArgumentParser, lead: str) -> None:
+    p.add_argument("--executor", choices=executors.EXECUTORS, default="local",
+                   help=lead + "local (default: one shard after another on this host), slurm (submitit job array) "
+                   "or ray (tasks on a running cluster)")
+    p.add_argument("--ray-address", help="ray: the cluster's address (default: $RAY_ADDRESS, else 'auto')")
 
 
 def _status_text(doc: dict) -> str:
@@ -92,19 +97,33 @@ def _check_with_the_bench(rows: list[dict]) -> int:
     return sum(r["bench_refusal"] is not None for r in rows)
 
 
+def _plan_text(doc: dict, refused: int, blocked: int) -> str:
+    lines = []
+    for r in doc["shards"]:
+        lines += [f"{r['id']}: {r['gpus']} GPU(s), ~{r['estimate']['minutes']} min ({r['estimate']['source']})",
+                  f"  {r['command']}"]
+        if r["bench_refusal"]:
+            lines.append(f"  refused by the bench: [{r['bench_refusal']['code']}] {r['bench_refusal']['message']}")
+        if not r["runnable"]:
+            lines.append(f"  not runnable with --executor {doc['where']['executor']}: {r['not_runnable_reason']}")
+    if doc["where"]["hint"]:
+        lines.append(f"hint: {doc['where']['hint']}")
+    lines.append(f"{len(doc['shards'])} shard(s), {doc['totals']['minutes']} min estimated; {refused} refused by "
+                 f"the bench's own checks, {blocked} not runnable with --executor {doc['where']['executor']}"
+                 + ("" if refused or blocked else ": `run` would start them all"))
+    return "\n".join(lines)
+
+
 def handle(args: argparse.Namespace) -> _runner.Result:
     if args.command is None:
         raise contract.UsageError("usage.no_command", "no subcommand given", f"run '{TOOL} --help'")
     folder = Path(args.folder).expanduser().resolve()
     if args.command == "plan":
-        doc = driver.plan(args.spec, folder)
+        doc = driver.plan(args.spec, folder, args.executor, executors.Options(ray_address=args.ray_address))
         refused = _check_with_the_bench(doc["shards"])
-        text = "\n".join(f"{r['id']}: {r['gpus']} GPU(s), ~{r['estimate']['minutes']} min "
-                         f"({r['estimate']['source']})\n  {r['command']}"
-                         + (f"\n  refused by the bench: [{r['bench_refusal']['code']}] {r['bench_refusal']['message']}"
-                            if r["bench_refusal"] else "") for r in doc["shards"])
-        text += f"\n{len(doc['shards'])} shard(s), {refused} refused by the bench's own checks"
-        return _runner.Result(contract.envelope("sweep-plan.v1", TOOL, ok=not refused, **doc), text)
+        blocked = sum(not r["runnable"] for r in doc["shards"])
+        return _runner.Result(contract.envelope("sweep-plan.v1", TOOL, ok=not refused and not blocked, **doc),
+                              _plan_text(doc, refused, blocked))
     if args.command == "run":
         options = executors.Options(wait=not args.no_wait, partition=args.partition, account=args.account,
                                     qos=args.qos, sbatch=tuple(args.sbatch), cpus_per_task=args.cpus_per_task,

@@ -21,9 +21,26 @@ def _earlier_wall_s(folder: Path, spec: sweep_spec.Spec) -> dict[str, float]:
     return walls
 
 
-def plan(spec_path: str, folder: Path) -> dict[str, Any]:
+def plan(spec_path: str, folder: Path, executor: str = "local",
+         options: executors.Options = executors.Options()) -> dict[str, Any]:
+    """The plan, each shard marked runnable or not where `run` with this executor would put it (this host's GPUs, the
+    scheduler's largest node), with the reason: what `run` would refuse is seen before anything starts."""
     spec = sweep_spec.load(spec_path)
-    return sweep_plan.plan_document(spec, folder, _earlier_wall_s(folder, spec))
+    document = sweep_plan.plan_document(spec, folder, _earlier_wall_s(folder, spec))
+    module = executors.get(executor)
+    try:
+        found, problem = module.capacity(options), None
+    except contract.PreconditionError as exc:  # no scheduler, no cluster: run would refuse every shard
+        found, problem = {"gpus": None}, f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+    too_big = []
+    for row in document["shards"]:
+        reason = problem or executors.not_runnable(row["gpus"], found["gpus"], module.WHERE)
+        row["runnable"], row["not_runnable_reason"] = reason is None, reason
+        if reason and not problem:
+            too_big.append(row["preset"])
+    document["where"] = {"executor": executor, "gpus": found["gpus"], "problem": problem,
+                         "hint": executors.drop_hint(too_big, found["gpus"]) if too_big else None}
+    return document
 
 
 def spec_of_folder(folder: Path) -> sweep_spec.Spec:
@@ -77,7 +94,7 @@ def jobs_to_run(folder: Path, spec: sweep_spec.Spec) -> tuple[list[executors.Job
             skipped.append(shard.id)
             continue
         argv = sweep_plan.command(shard, PLACEHOLDER_DIR, "{python}")
-        todo.append(executors.Job(shard.id, tuple(argv), digest, shard.num_gpus,
+        todo.append(executors.Job(shard.id, shard.preset.name, tuple(argv), digest, shard.num_gpus,
                                   sweep_plan.estimate(shard, estimates)["time_limit_min"]))
     return todo, skipped
 
@@ -85,10 +102,9 @@ def jobs_to_run(folder: Path, spec: sweep_spec.Spec) -> tuple[list[executors.Job
 def run(spec_path: str, folder: Path, executor: str, options: executors.Options) -> dict[str, Any]:
     spec = sweep_spec.load(spec_path)
     todo, skipped = jobs_to_run(folder, spec)
-    module = executors.get(executor)
-    capacity = module.preflight(todo, options) if todo else {}  # refusals come before the folder or any job
+    capacity = executors.preflight(executor, todo, options) if todo else {}  # before the folder or any job
     sweep_state.prepare(folder, spec.name, spec.document)
-    outcome = module.submit(folder, todo, options) if todo else {"executor": executor, "submitted": [],
+    outcome = executors.get(executor).submit(folder, todo, options) if todo else {"executor": executor, "submitted": [],
                                                                   "job_ids": {}}
     document = status(folder, spec)
     document["run"] = {**outcome, "skipped": skipped, "capacity": capacity, "waited": options.wait}

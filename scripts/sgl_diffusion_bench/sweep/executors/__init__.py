@@ -15,6 +15,7 @@ EXECUTORS = ("local", "slurm", "ray")
 @dataclasses.dataclass(frozen=True)
 class Job:
     shard_id: str
+    preset: str
     argv: tuple[str, ...]  # the bench command, "{output_dir}" standing for the attempt's folder
     hash: str
     gpus: int
@@ -34,14 +35,29 @@ class Options:
     parallel: int = 1  # local and ray: shards at once (Slurm's own throttle is max_parallel)
 
 
-def too_big(jobs: list[Job], capacity: int, where: str) -> None:
-    """Refuse, before submitting anything, a shard that needs more GPUs than the largest node has."""
-    big = [j for j in jobs if j.gpus > capacity]
+def not_runnable(gpus: int, capacity: int, where: str) -> str | None:
+    """Why a shard needing ``gpus`` cannot run where the largest node has ``capacity``; None when it can."""
+    return f"needs {gpus} GPU(s); {where} has at most {capacity} on one node" if gpus > capacity else None
+
+
+def drop_hint(presets: list[str], capacity: int) -> str:
+    return (f"drop {', '.join(sorted(set(presets))[:8])} from the spec: from presets.names where named there (a named "
+            f"preset is kept whatever presets.filter says), else with presets.filter.max_gpus: {capacity}; or run on "
+            "nodes with more GPUs")
+
+
+def preflight(name: str, jobs: list[Job], options: Options) -> dict[str, Any]:
+    """The executor's capacity (its scheduler there, GPUs per node), refusing before anything is submitted a shard
+    that needs more GPUs than the largest node has."""
+    module = get(name)
+    found = module.capacity(options)
+    big = [j for j in jobs if not_runnable(j.gpus, found["gpus"], module.WHERE)]
     if big:
         raise contract.PreconditionError(
-            "sweep.shard_too_big", f"{len(big)} shard(s) need more GPUs than any node of {where} has "
-            f"({capacity}): " + ", ".join(f"{j.shard_id} ({j.gpus})" for j in big[:8]),
-            "drop those presets from the spec (presets.filter.max_gpus) or run on nodes with more GPUs")
+            "sweep.shard_too_big", f"{len(big)} shard(s) need more GPUs than any node of {module.WHERE} has "
+            f"({found['gpus']}): " + ", ".join(f"{j.shard_id} ({j.gpus})" for j in big[:8]),
+            drop_hint([j.preset for j in big], found["gpus"]))
+    return found
 
 
 def missing_extra(extra: str, module: str) -> contract.PreconditionError:

@@ -13,16 +13,14 @@ from ... import contract, fileio
 from ...engine import gpu
 from .. import state as sweep_state
 from .. import worker
-from . import Job, Options, too_big
+from . import Job, Options
 
 NAME = "local"
+WHERE = "this host"
 
 
-def preflight(jobs: list[Job], options: Options) -> dict[str, Any]:
-    needed = max((j.gpus for j in jobs), default=0)
-    have = len(gpu.read_inventory().gpus) if needed else 0
-    too_big(jobs, have, "this host")
-    return {"gpus": have, "parallel": options.parallel}
+def capacity(options: Options) -> dict[str, Any]:
+    return {"gpus": len(gpu.read_inventory().gpus), "parallel": options.parallel}
 
 
 def _one(folder: Path, job: Job) -> dict[str, Any]:

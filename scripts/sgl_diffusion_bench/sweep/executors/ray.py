@@ -15,9 +15,10 @@ from typing import Any
 from ... import bench_env, contract, fileio, paths, progress, work_dirs
 from .. import state as sweep_state
 from .. import worker
-from . import Job, Options, missing_extra, too_big
+from . import Job, Options, missing_extra
 
 NAME = "ray"
+WHERE = "the Ray cluster"
 POLL_S = 1.0
 EXCLUDES = [".venv*", ".cache", ".git", "tests", "outputs", "benchmarks/results", "*.egg-info", "__pycache__"]
 
@@ -69,12 +70,10 @@ def connect(options: Options):
     return ray
 
 
-def preflight(jobs: list[Job], options: Options) -> dict[str, Any]:
+def capacity(options: Options) -> dict[str, Any]:
     ray = connect(options)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    capacity = max((int(n.get("Resources", {}).get("GPU", 0)) for n in nodes), default=0)
-    too_big(jobs, capacity, "the Ray cluster")
-    return {"gpus": capacity, "nodes": len(nodes)}
+    return {"gpus": max((int(n.get("Resources", {}).get("GPU", 0)) for n in nodes), default=0), "nodes": len(nodes)}
 
 
 def _collect(folder: Path, shard_id: str, outcome: dict[str, Any]) -> None:

@@ -19,9 +19,10 @@ from typing import Any
 from ... import contract, fileio, inputs, progress
 from .. import state as sweep_state
 from .. import worker
-from . import Job, Options, missing_extra, too_big
+from . import Job, Options, missing_extra
 
 NAME = "slurm"
+WHERE = "the Slurm cluster"
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
           "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED"}
 POLL_S = 2.0
@@ -49,7 +50,7 @@ def node_gpus(gres_text: str) -> int:
     return total
 
 
-def preflight(jobs: list[Job], options: Options) -> dict[str, Any]:
+def capacity(options: Options) -> dict[str, Any]:
     missing = [c for c in ("sbatch", "squeue", "sinfo", "scancel") if shutil.which(c) is None]
     if missing:
         raise contract.PreconditionError("sweep.no_slurm", f"no Slurm on PATH: {', '.join(missing)} not found",
@@ -59,9 +60,7 @@ def preflight(jobs: list[Job], options: Options) -> dict[str, Any]:
     except ImportError:
         raise missing_extra("slurm", "submitit") from None
     lines = _command(["sinfo", "-h", "-N", "-o", "%N %G"], "sinfo").split()
-    capacity = max((node_gpus(g) for g in lines[1::2]), default=0)
-    too_big(jobs, capacity, "the Slurm cluster")
-    return {"gpus": capacity, "nodes": len(set(lines[0::2]))}
+    return {"gpus": max((node_gpus(g) for g in lines[1::2]), default=0), "nodes": len(set(lines[0::2]))}
 
 
 def _sbatch_parameters(options: Options) -> dict[str, str | bool]:
