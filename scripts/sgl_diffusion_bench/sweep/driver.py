@@ -21,8 +21,7 @@ def _earlier_wall_s(folder: Path, spec: sweep_spec.Spec) -> dict[str, float]:
     return walls
 
 
-def plan(spec_path: str, folder: Path, executor: str = "local",
-         options: executors.Options = executors.Options()) -> dict[str, Any]:
+def plan(spec_path: str, folder: Path, executor: str, options: executors.Options) -> dict[str, Any]:
     """The plan, each shard marked runnable or not where `run` with this executor would put it (this host's GPUs, the
     scheduler's largest node), with the reason: what `run` would refuse is seen before anything starts."""
     spec = sweep_spec.load(spec_path)
