@@ -31,9 +31,11 @@ SHARDS = ["tiny-flux-cpu-o1-r1", "tiny-flux-cpu-o1-r2", "tiny-flux-cpu-o2-r1", "
 TIMEOUT_S = 1500
 
 
-def sweep(*args: str, env: dict[str, str] | None = None) -> dict:
+def sweep(*args: str, env: dict[str, str] | None = None, stderr: list[str] | None = None) -> dict:
     run = run_script("sweep_diffusion", *args, "--json", env=env, timeout=TIMEOUT_S)
     assert run.document["schema"] != "error.v1", run.document
+    if stderr is not None:
+        stderr += run.stderr.splitlines()
     return run.document
 
 
@@ -78,12 +80,12 @@ def tiny_env() -> dict[str, str]:
 def local_sweep(tmp_path_factory, tiny_env):
     root = tmp_path_factory.mktemp("sweep-local")
     spec, folder = write_spec(root, SPEC), root / "sweep"
-    started = time.monotonic()
-    ran = sweep("run", str(spec), "--folder", str(folder), "--parallel", "2", env=tiny_env)
+    started, said, merge_said = time.monotonic(), [], []
+    ran = sweep("run", str(spec), "--folder", str(folder), "--parallel", "2", env=tiny_env, stderr=said)
     elapsed = time.monotonic() - started
     again = sweep("run", str(spec), "--folder", str(folder), env=tiny_env)
-    return {"spec": spec, "folder": folder, "run": ran, "again": again, "run_s": elapsed,
-            "report": sweep("merge", "--folder", str(folder))}
+    return {"spec": spec, "folder": folder, "run": ran, "again": again, "run_s": elapsed, "stderr": said,
+            "report": sweep("merge", "--folder", str(folder), stderr=merge_said), "merge_stderr": merge_said}
 
 
 def failures(folder: Path, document: dict) -> str:
@@ -117,6 +119,20 @@ def test_a_local_sweep_runs_every_shard_and_merges_one_report(local_sweep):
     assert report["artifacts"]["plots"] == {} and "CPU" in report["artifacts"]["plots_absent"]["run"]
     assert "No plot for arm run: no shard measured allocated memory" in markdown
     assert json.loads((folder / "sweep-report.json").read_text())["shards"] == report["shards"]
+
+
+def test_the_run_says_each_shard_event_in_order_and_ends_with_its_summary(local_sweep):
+    said = local_sweep["stderr"]
+    first = said.index(next(line for line in said if "[sweep] tiny4: 4 shard(s) to run" in line))
+    for shard_id in SHARDS:
+        events = [i for word in ("started (attempt 1)", "cell 1/1 run: VALID", "done in ")
+                  for i, line in enumerate(said) if f"[sweep] {shard_id}: {word}" in line]
+        assert len(events) == 3 and first < events[0] < events[1] < events[2], (shard_id, said)
+        assert all("ETA ~" in said[i] and "elapsed" in said[i] for i in events)
+    assert said[-1].startswith("[sweep_diffusion] tiny4: 4 shard(s) run, 0 skipped in ") and "4 done" in said[-1]
+    assert "sweep_diffusion.py merge --folder" in said[-1]
+    assert local_sweep["merge_stderr"][-1].startswith("[sweep_diffusion] tiny4: 4 shard(s) merged, 0 not done")
+    assert local_sweep["merge_stderr"][-1].endswith("sweep-report.md")
 
 
 def test_running_a_finished_sweep_again_runs_nothing(local_sweep):

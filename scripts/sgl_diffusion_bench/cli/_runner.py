@@ -72,6 +72,7 @@ class Result:
     document: dict[str, Any]
     text: str | None = None
     exit_code: int | None = None  # default: 0 when document["ok"], else 1
+    summary: str | None = None  # a long command's closing line on stderr, after everything else it prints
 
 
 def json_flag_parent() -> argparse.ArgumentParser:
@@ -181,6 +182,7 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
     else:
         _print_human(result.text if result.text is not None else _serialised(result.document),
                      sys.stdout if exit_code == 0 else sys.stderr)
+    _print_human(f"[{tool}] {result.summary}" if result.summary else None, sys.stderr)
     return exit_code
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import time
 from pathlib import Path
 
 from .. import contract, progress, selftest
-from ..sweep import driver, executors, merge, merge_render
+from ..sweep import driver, executors, merge, merge_render, watch
 from ..sweep import plan as sweep_plan
 from ..sweep import spec as sweep_spec
 from . import _runner, bench
@@ -97,6 +99,19 @@ def _check_with_the_bench(rows: list[dict]) -> int:
     return sum(r["bench_refusal"] is not None for r in rows)
 
 
+def _run_summary(doc: dict, elapsed_s: float) -> str:
+    counts, folder = doc["counts"], shlex.quote(doc["folder"])
+    ran = f"{len(doc['run']['submitted'])} shard(s) run, {len(doc['run']['skipped'])} skipped"
+    tally = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if counts["failed"]:
+        after = f"see why with `sweep_diffusion.py status --folder {folder}`; `run` again retries the failed ones"
+    elif counts["done"] == len(doc["shards"]):
+        after = f"next: `sweep_diffusion.py merge --folder {folder}` writes the report"
+    else:
+        after = f"follow it with `sweep_diffusion.py status --folder {folder}`"
+    return f"{doc['name']}: {ran} in {watch.clock_text(elapsed_s)}; now {tally}; {after}"
+
+
 def _plan_text(doc: dict, refused: int, blocked: int) -> str:
     lines = []
     for r in doc["shards"]:
@@ -129,10 +144,12 @@ def handle(args: argparse.Namespace) -> _runner.Result:
                                     qos=args.qos, sbatch=tuple(args.sbatch), cpus_per_task=args.cpus_per_task,
                                     max_parallel=args.max_parallel, parallel=args.parallel,
                                     ray_address=args.ray_address)
+        started = time.monotonic()
         doc = driver.run(args.spec, folder, args.executor, options)
         result = _status_result(doc)
         if args.no_wait:
             result.exit_code = 0 if not doc["counts"]["failed"] else 1
+        result.summary = _run_summary(doc, time.monotonic() - started)
         return result
     if args.command == "status":
         return _status_result(driver.status(folder))
@@ -146,7 +163,9 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     ok = merge.report_ok(report)
     _runner.write_output_file(folder / "sweep-report.json", contract.dumps(
         contract.envelope("sweep-report.v1", TOOL, ok=ok, **report)), "--folder")
-    return _runner.Result(contract.envelope("sweep-report.v1", TOOL, ok=ok, **report), markdown)
+    summary = (f"{report['name']}: {len(report['shards'])} shard(s) merged, {len(report['failures'])} not done or not "
+               f"valid; Markdown: {markdown_path}")
+    return _runner.Result(contract.envelope("sweep-report.v1", TOOL, ok=ok, **report), markdown, summary=summary)
 
 
 def self_tests() -> list[selftest.Check]:

@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .. import contract, fileio, inputs
-from . import executors, plan as sweep_plan, spec as sweep_spec, state as sweep_state
+from .. import contract, fileio, inputs, progress
+from . import executors, plan as sweep_plan, spec as sweep_spec, state as sweep_state, watch
 
 PLACEHOLDER_DIR = "{output_dir}"
 
@@ -93,8 +93,9 @@ def jobs_to_run(folder: Path, spec: sweep_spec.Spec) -> tuple[list[executors.Job
             skipped.append(shard.id)
             continue
         argv = sweep_plan.command(shard, PLACEHOLDER_DIR, "{python}")
+        estimate = sweep_plan.estimate(shard, estimates)
         todo.append(executors.Job(shard.id, shard.preset.name, tuple(argv), digest, shard.num_gpus,
-                                  sweep_plan.estimate(shard, estimates)["time_limit_min"]))
+                                  estimate["time_limit_min"], estimate["minutes"] * 60))
     return todo, skipped
 
 
@@ -103,11 +104,27 @@ def run(spec_path: str, folder: Path, executor: str, options: executors.Options)
     todo, skipped = jobs_to_run(folder, spec)
     capacity = executors.preflight(executor, todo, options) if todo else {}  # before the folder or any job
     sweep_state.prepare(folder, spec.name, spec.document)
-    outcome = executors.get(executor).submit(folder, todo, options) if todo else {"executor": executor, "submitted": [],
-                                                                  "job_ids": {}}
+    if todo:
+        shard_time = watch.clock_text(sum(j.estimate_s for j in todo))
+        progress.say(f"[sweep] {spec.name}: {len(todo)} shard(s) to run with --executor {executor}, "
+                     f"{len(skipped)} done or running already; about {shard_time} of shard time estimated")
+        outcome = _submit(folder, todo, executor, options)
+    else:
+        outcome = {"executor": executor, "submitted": [], "job_ids": {}}
     document = status(folder, spec)
     document["run"] = {**outcome, "skipped": skipped, "capacity": capacity, "waited": options.wait}
     return document
+
+
+def _submit(folder: Path, todo: list[executors.Job], executor: str, options: executors.Options) -> dict[str, Any]:
+    """The executor's submit, with a watcher saying each shard event while it waits (none for --no-wait)."""
+    def work() -> dict[str, Any]:
+        return executors.get(executor).submit(folder, todo, options)
+
+    if not options.wait:
+        return work()
+    slots = options.parallel if executor == "local" else (options.max_parallel or len(todo))
+    return watch.watching(watch.Watcher(folder, {j.shard_id: j.estimate_s for j in todo}, slots), work)
 
 
 def cancel(folder: Path, shard_ids: list[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from .. import contract, fileio, inputs, owner
 
 MARK = "sweep.json"
+STATE_FILE = "state.json"
 STATUSES = ("done", "running", "failed", "pending")
 STATE_SCHEMA, RESULT_SCHEMA = "sweep-shard-state.v1", "bench-report.v1"
 
@@ -74,7 +75,7 @@ def _checked(path: Path, schema_id: str) -> tuple[dict[str, Any] | None, str | N
 def load_state(folder: Path, shard_id: str) -> tuple[dict[str, Any] | None, str | None]:
     """The shard's state.json checked against sweep-shard-state.v1, and what is wrong with it when it is damaged
     ``(None, problem)``; ``(None, None)`` when there is none yet."""
-    path = shard_dir(folder, shard_id) / "state.json"
+    path = shard_dir(folder, shard_id) / STATE_FILE
     if not path.exists() and not path.is_symlink():
         return None, None
     return _checked(path, STATE_SCHEMA)
@@ -93,7 +94,7 @@ def load_result(folder: Path, shard_id: str, name: str = "result.json") -> tuple
 def write_state(folder: Path, shard_id: str, state: dict[str, Any]) -> None:
     directory = shard_dir(folder, shard_id)
     directory.mkdir(parents=True, exist_ok=True)
-    fileio.atomic_write_text(directory / "state.json", json.dumps(state, indent=1, sort_keys=True))
+    fileio.atomic_write_text(directory / STATE_FILE, json.dumps(state, indent=1, sort_keys=True))
 
 
 def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, Any]:

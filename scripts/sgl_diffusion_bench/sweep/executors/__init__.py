@@ -20,6 +20,7 @@ class Job:
     hash: str
     gpus: int
     time_limit_min: int
+    estimate_s: float  # the plan's estimate of its wall time (progress lines' ETA)
 
 
 @dataclasses.dataclass(frozen=True)
