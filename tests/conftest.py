@@ -104,3 +104,24 @@ def _checked(run: ScriptRun, args: tuple[str, ...], expect_json: bool | None) ->
         assert contract.validation_errors(document) == [], contract.validation_errors(document)
         assert (run.returncode == 0) == (document["ok"] is True) or document["schema"] != "error.v1"
     return run
+
+
+PHASE_END = re.compile(r"^\[progress\] (?P<what>.+?): (?:done|failed|[a-z ]+) (?:in|after) [0-9.]+ s$")
+CELL_END = re.compile(r"^(?P<cell>\[cell \d+/\d+\]) (?P<arm>\S+).*: [A-Z_]+ after ")
+
+
+def assert_announced_and_summarised(stderr: str, tool: str) -> list[str]:
+    """A long command's stderr (issue 45): every phase that reports its end announced itself before ('X ...'), every
+    cell's verdict follows the cell's 'starting' line, and the last line is the command's one summary line."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        end = PHASE_END.match(line)
+        if end:
+            opened = f"[progress] {end['what']} ..."
+            assert any(earlier.startswith(opened) for earlier in lines[:index]), (line, lines[:index][-20:])
+        cell = CELL_END.match(line)
+        if cell:
+            assert any(earlier.startswith(f"{cell['cell']} {cell['arm']}") and earlier.endswith("starting")
+                       for earlier in lines[:index]), (line, lines[:index][-20:])
+    assert lines and lines[-1].startswith(f"[{tool}] "), lines[-5:]
+    return lines

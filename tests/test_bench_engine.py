@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, run_script
+from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, assert_announced_and_summarised, run_script
 from engine_release import INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench import contract, presets
 from sgl_diffusion_bench.engine import command_builder, engine_probe, tiny_model
@@ -49,8 +49,10 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
         assert all(c["perf"]["peak_memory_mb"] is None and c["perf"]["memory_kind"] is None for c in cells)
     assert doc["summary"]["comparison"]["verdict"] in (
         "improved", "regressed", "no_significant_change", "insufficient_data")
-    # One status line per cell on stderr, and the report file is the printed document.
+    # One status line per cell on stderr, every phase announced before it ran, and one closing line.
     assert run.stderr.count("VALID after") == 4
+    last = assert_announced_and_summarised(run.stderr, "bench_diffusion_denoise")[-1]
+    assert "aa [aa] aa: OK; 4/4 cells valid; verdict " in last and f"Markdown {doc['artifacts']['report_md']}" in last
     on_disk = json.loads(Path(doc["plan"]["report_path"]).read_text())
     assert on_disk["cells"] == cells
     plot = Path(doc["artifacts"]["plot_png"])

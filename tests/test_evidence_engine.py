@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS, run_script
+from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS, assert_announced_and_summarised, run_script
 
 pytestmark = pytest.mark.engine
 
@@ -74,6 +74,9 @@ def test_the_resumed_run_completes_and_no_finished_step_ran_twice(folder):
     run = folder["resumed"]
     doc = run.document
     assert run.returncode == 0 and doc["state"] == "complete" and doc["ok"], run.stderr[-3000:]
+    last = assert_announced_and_summarised(run.stderr, "collect_pr_evidence")[-1]
+    assert last.startswith("[collect_pr_evidence] evidence complete: verdict ") and "steps 6 done, 1 skipped" in last
+    assert str(folder["out"] / "EVIDENCE.md") in last and last.endswith(f"verify {doc['out_dir']}")
     statuses = {s["name"]: s["status"] for s in doc["steps"]}
     assert statuses == {"readiness": "done", "campaign": "done", "output_identity": "done", "profile": "done",
                         "trace_analysis": "done", "bcg_replay": "skipped", "cleanup": "done"}

@@ -6,22 +6,36 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.judging import host_load
 from sgl_diffusion_bench.results import report
 from sgl_diffusion_bench.judging.cell import Cell
 
 # Every busy process is named, not only the busiest five: other work on the machine (a parallel test lane, an engine)
-# must not push this test's own spinners out of the list. A spinner still gets far more than 5 % of a core.
+# must not push this test's own spinners out of the list. Each window starts once the spinners spin (they have used
+# CPU), and a process counts as busy from 1 % of a core over 1 s: on two cores shared with a test lane and two engines
+# a spinner got under 5 % of a 0.6 s window right after its start.
 ALL = 10_000
+WINDOW_S, BUSY_PCT = 1.0, 1.0
 
 
-def _with_spinner(window_s=0.6):
+def _spinning(*spinners: subprocess.Popen) -> None:
+    """Wait until each spinner has run (0.05 s of CPU), however busy the host is."""
+    deadline = time.monotonic() + 120
+    for spinner in spinners:
+        proc = psutil.Process(spinner.pid)
+        while sum(proc.cpu_times()[:2]) < 0.05:
+            assert time.monotonic() < deadline, "a spinner got no CPU for two minutes"
+            time.sleep(0.05)
+
+
+def _with_spinner(window_s=WINDOW_S):
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        time.sleep(0.3)
-        # 2 shared cores: a spinner may get little
-        return spinner.pid, host_load.sample(window_s=window_s, busy_pct=5.0, listed=ALL)
+        _spinning(spinner)
+        return spinner.pid, host_load.sample(window_s=window_s, busy_pct=BUSY_PCT, listed=ALL)
     finally:
         spinner.kill()
         spinner.wait(timeout=10)
@@ -40,8 +54,8 @@ def test_a_busy_process_at_a_boundary_is_named_and_flags_the_cell():
 def test_a_report_names_at_most_the_five_busiest_and_counts_them_all():
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(7)]
     try:
-        time.sleep(0.3)
-        busy = host_load.sample(window_s=0.6, busy_pct=1.0)
+        _spinning(*spinners)
+        busy = host_load.sample(window_s=WINDOW_S, busy_pct=BUSY_PCT)
     finally:
         for spinner in spinners:
             spinner.kill()
@@ -69,8 +83,8 @@ def test_a_sample_lists_processes_when_started_so_it_can_overlap_the_engine_star
     earlier = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     later = None
     try:
-        time.sleep(0.3)
-        get = host_load.start_sample(window_s=0.6, busy_pct=5.0, listed=ALL)
+        _spinning(earlier)
+        get = host_load.start_sample(window_s=WINDOW_S, busy_pct=BUSY_PCT, listed=ALL)
         later = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         pids = [p["pid"] for p in get()["busy_processes"]]
         assert earlier.pid in pids and later.pid not in pids, pids
@@ -89,11 +103,11 @@ def test_a_sample_at_the_end_leaves_the_winding_down_engine_group_out_but_not_ot
     engine = engine_process.spawn_group([sys.executable, "-c", "while True: pass"])
     foreign = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        time.sleep(0.3)
-        pids = [p["pid"] for p in host_load.start_sample(window_s=0.6, busy_pct=5.0, listed=ALL,
+        _spinning(engine, foreign)
+        pids = [p["pid"] for p in host_load.start_sample(window_s=WINDOW_S, busy_pct=BUSY_PCT, listed=ALL,
                                                          exclude_group=engine.pid)()["busy_processes"]]
         assert foreign.pid in pids and engine.pid not in pids, pids
-        named = host_load.sample(window_s=0.6, busy_pct=5.0, listed=ALL)["busy_processes"]
+        named = host_load.sample(window_s=WINDOW_S, busy_pct=BUSY_PCT, listed=ALL)["busy_processes"]
         assert engine.pid in [p["pid"] for p in named]
     finally:
         for spinner in (engine, foreign):
@@ -107,13 +121,14 @@ def test_contention_says_whether_the_busy_process_is_this_runs_engine_or_another
     engine = engine_process.spawn_group([sys.executable, "-c", "while True: pass"])
     other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        time.sleep(0.3)
-        busy = host_load.sample(window_s=0.6, busy_pct=5.0, listed=ALL)
+        _spinning(engine, other)
+        busy = host_load.sample(window_s=WINDOW_S, busy_pct=BUSY_PCT, listed=ALL)
     finally:
         for spinner in (engine, other):
             spinner.kill()
             spinner.wait(timeout=10)
     by_pid = {p["pid"]: p for p in busy["busy_processes"]}
+    assert {engine.pid, other.pid} <= set(by_pid), (engine.pid, other.pid, busy)
     assert by_pid[engine.pid]["own"] is True and by_pid[other.pid]["own"] is False, busy
     text = host_load.reason(busy, None)
     assert f"this run's engine ({by_pid[engine.pid]['name']}, pid {engine.pid}, " in text

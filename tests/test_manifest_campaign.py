@@ -13,7 +13,7 @@ import pytest
 
 from conftest import SCRIPTS, run_script
 from sgl_diffusion_bench.campaign import design
-from sgl_diffusion_bench.results import report, request_verdicts, stats
+from sgl_diffusion_bench.results import request_verdicts, stats, terminal
 from sgl_diffusion_bench.judging.cell import Cell
 
 SAMPLE = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
@@ -122,7 +122,7 @@ def test_the_report_has_the_shapes_faster_slower_table(manifest_run):
         row = next(line for line in section.splitlines() if line.startswith(f"| {request_verdicts.outcome(entry)} |"))
         assert f"`{entry['request_id']}`" in row
         assert f"| {entry['index'] + 1} | `{entry['request_id']}` | {entry['line']} | {entry['shape']} |" in section
-    text = report.render_campaign_text(doc)  # what a run without --json prints
+    text = terminal.render_campaign_text(doc)  # what a run without --json prints
     assert all(f"requests {label}: " in text for label in ("faster", "slower", "no clear change", "no verdict"))
 
 

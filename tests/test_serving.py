@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, run_script
+from conftest import SCRIPTS, assert_announced_and_summarised, run_script
 from sgl_diffusion_bench import contract, work_dirs
 from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.serving import metrics
@@ -52,6 +52,9 @@ def test_serving_ab_report_from_real_requests(serving_run):
     run, out = serving_run
     assert run.returncode == 0, run.stderr[-3000:]
     doc = run.document  # validated against serving-report.v1 by run_script
+    last = assert_announced_and_summarised(run.stderr, "bench_diffusion_serving")[-1]
+    assert last == (f"[bench_diffusion_serving] valid: verdict {doc['verdict']}; 3 load point(s); "
+                    f"Markdown {doc['markdown']}")
     assert doc["schema"] == "serving-report.v1" and doc["status"] == "valid"
     assert doc["requests_source"]["kind"] == "manifest" and doc["requests_source"]["requests"] == 6
     assert [s["request_id"] for s in doc["request_specs"]][:3] == ["square-64", "wide-128x64", "tall-64x128"]

@@ -19,7 +19,7 @@ import pytest
 
 import ray_cluster as ray_cluster_helper
 import slurm_cluster
-from conftest import SCRIPTS, run_script
+from conftest import SCRIPTS, assert_announced_and_summarised, run_script
 from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.engine import tiny_model
 
@@ -122,7 +122,7 @@ def test_a_local_sweep_runs_every_shard_and_merges_one_report(local_sweep):
 
 
 def test_the_run_says_each_shard_event_in_order_and_ends_with_its_summary(local_sweep):
-    said = local_sweep["stderr"]
+    said = assert_announced_and_summarised("\n".join(local_sweep["stderr"]), "sweep_diffusion")
     first = said.index(next(line for line in said if "[sweep] tiny4: 4 shard(s) to run" in line))
     for shard_id in SHARDS:
         events = [i for word in ("started (attempt 1)", "cell 1/1 run: VALID", "done in ")

@@ -16,7 +16,7 @@ from .. import advice, assets, contract, model_cache, nightly, presets, selftest
 from ..engine import command_builder, engine_overlap, engine_probe, tiny_model
 from ..campaign import (bench_request, bench_runner, campaign_context, campaign_session, design,
                         engine_mode, sequential, warm_campaign)
-from ..results import report
+from ..results import report, terminal
 from . import _engine_args, _runner
 
 TOOL = bench_runner.TOOL  # one name for the CLI and the reports it writes
@@ -307,14 +307,18 @@ def _run(args: argparse.Namespace) -> _runner.Result:
                                    lambda preset: tiny_model.model_location(preset, request.model_path, build=True))
     docs = outcome.documents
     if outcome.interrupted:
-        return _runner.Result(docs[-1], report.render_campaign_text(docs[-1]) + "\ninterrupted: the partial report above is "
-                              "valid", exit_code=int(contract.ExitCode.INTERRUPTED))
+        return _runner.Result(docs[-1], terminal.render_campaign_text(docs[-1]) + "\ninterrupted: the partial report "
+                              "above is valid", exit_code=int(contract.ExitCode.INTERRUPTED),
+                              summary="interrupted: " + terminal.campaign_summary(docs[-1]))
     if len(docs) == 1:
-        return _runner.Result(docs[0], report.render_campaign_text(docs[0]))
+        return _runner.Result(docs[0], terminal.render_campaign_text(docs[0]),
+                              summary=terminal.campaign_summary(docs[0]))
     suite = contract.envelope("bench-suite.v1", TOOL, ok=all(d["ok"] for d in docs), reports=[
         {"preset": d["campaign"]["preset"], "ok": d["ok"], "path": d["plan"]["report_path"],
          "statuses": [c.status for c in report.cells_of(d)]} for d in docs])
-    return _runner.Result(suite, "\n\n".join(report.render_campaign_text(d) for d in docs))
+    summary = f"{len(docs)} campaigns, {sum(d['ok'] for d in docs)} OK: " + ", ".join(
+        f"{d['campaign']['preset']} {'OK' if d['ok'] else 'NOT OK'}" for d in docs)
+    return _runner.Result(suite, "\n\n".join(terminal.render_campaign_text(d) for d in docs), summary=summary)
 
 
 def _bcg_replay(args: argparse.Namespace) -> _runner.Result:

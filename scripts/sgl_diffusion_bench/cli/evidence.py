@@ -71,6 +71,22 @@ def render_run(doc: dict) -> str:
     return "\n".join(lines + [f"next: python3 scripts/collect_pr_evidence.py verify {doc['out_dir']}"])
 
 
+def run_summary(doc: dict) -> str:
+    """The closing line: the state, the campaign's verdict, the steps, where EVIDENCE.md is and what to run next."""
+    campaign = next((s for s in doc["steps"] if s["name"] == "campaign"), None)
+    result = (campaign or {}).get("result") or {}
+    verdict = (f"verdict {result.get('verdict')} ({result.get('valid_cells')}/{result.get('cells')} cells valid)"
+               if result else "no verdict (the campaign did not finish)")
+    statuses = [s["status"] for s in doc["steps"]]
+    tally = ", ".join(f"{statuses.count(k)} {k}" for k in dict.fromkeys(statuses))
+    failed = [s["name"] for s in doc["steps"] if s["status"] in ("failed", "interrupted")]
+    markdown = Path(doc["out_dir"]) / render.MARKDOWN_NAME
+    return (f"evidence {doc['state']}: {verdict}; steps {tally}"
+            + (f" ({', '.join(failed)})" if failed else "")
+            + (f"; {markdown}" if markdown.is_file() else "")
+            + f"; next: collect_pr_evidence.py verify {doc['out_dir']}")
+
+
 def request_of(args: argparse.Namespace) -> request.EvidenceRequest:
     """The typed request of a parsed ``run`` command line (also how a folder's reproduce command is checked)."""
     return request.build(model=args.model, model_path=args.model_path, overrides=args.override, bcg=args.bcg,
@@ -82,7 +98,7 @@ def request_of(args: argparse.Namespace) -> request.EvidenceRequest:
 
 def _run(args: argparse.Namespace) -> _runner.Result:
     doc = run.run(Path(args.out), request_of(args))
-    return _runner.Result(doc, render_run(doc))
+    return _runner.Result(doc, render_run(doc), summary=run_summary(doc))
 
 
 def _verify(args: argparse.Namespace) -> _runner.Result:

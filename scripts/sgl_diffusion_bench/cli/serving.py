@@ -163,7 +163,10 @@ def handle(args: argparse.Namespace) -> _runner.Result:
             p99 = "—" if m["latency_p99"] is None else f"{m['latency_p99'] * 1000:.1f} ms"
             lines.append(f"  {point['label']} {arm}: p50 {p50}, p99 {p99}, {m['throughput_qps']:.2f} req/s")
     lines.append(f"  report: {doc['markdown']}")
-    return _runner.Result(doc, "\n".join(lines))
+    summary = (f"{doc['status']}: verdict {doc['verdict']}; {len(doc['load_points'])} load point(s)"
+               + (f"; {len(doc['reasons'])} reason(s) above" if doc["reasons"] else "")
+               + f"; Markdown {doc['markdown']}")
+    return _runner.Result(doc, "\n".join(lines), summary=summary)
 
 
 def self_tests() -> list[selftest.Check]:

@@ -421,30 +421,3 @@ def render_report(report_doc: Mapping[str, Any], out_dir: str | Path) -> dict[st
     markdown = out / MARKDOWN_NAME
     markdown.write_text(render_markdown(report_doc, PLOT_NAME), encoding="utf-8")
     return {"markdown": str(markdown), "plot": str(plot)}
-
-
-def render_campaign_text(doc: Mapping[str, Any]) -> str:
-    """A bench-report.v1 in a few lines for the terminal: each cell, the verdict, the noise floor, the next step."""
-    lines = [f"{doc['campaign']['preset']} [{doc['campaign']['mode']}] label {doc['campaign']['label']}: "
-             f"{'OK' if doc['ok'] else 'NOT OK'}; report {doc['plan']['report_path']}"]
-    lines += [f"engine {c['mode']}: {c['reason']}" for c in [doc["engines"].get("choice")] if c]
-    for cell in cells_of(doc):
-        e2e_ms = cell.metric("e2e_ms")
-        lines.append(f"  #{cell.index} {cell.arm} {cell.position or ''} {cell.status}"
-                     + (f" e2e {e2e_ms:.1f} ms" if e2e_ms is not None else "")
-                     + (f" — {cell.reasons[0]}" if cell.reasons else ""))
-    comparison = doc["summary"]["comparison"]
-    if comparison:
-        primary = comparison["primary_metric"]
-        lines += [f"verdict: {comparison.get('verdict')} ({comparison.get('rule', '')})",
-                  f"{primary} change {perf_compare.change_with_interval(comparison, primary)}"]
-        lines += perf_compare.render_noise_floor(comparison["metrics"][comparison["primary_metric"]])
-        if comparison.get("next_step"):
-            lines.append(f"next step: {comparison['next_step']}")
-    lines += request_verdicts.text(doc["summary"])
-    host = doc["summary"].get("host_contention")
-    if host and host["contended_cells"]:
-        lines.append(f"host: {host['note']}")
-    for key, path in (doc.get("artifacts") or {}).items():
-        lines.append(f"{key}: {path}")
-    return "\n".join(lines)
