@@ -177,6 +177,15 @@ def test_every_script_is_in_the_readme_list_and_the_options_reference():
             f"reference/options.md's section {name} lacks its generated options-{module} table"
 
 
+def test_user_docs_carry_no_run_history_and_the_readme_fits_a_first_read():
+    """Users read what the tool does and how; run history and commit hashes live in benchmarks/results/."""
+    commit = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+    for doc in [*DOCS, REPO / "reference" / "reliability.md"]:
+        found = commit.findall(doc.read_text(encoding="utf-8"))
+        assert not found, f"{doc.name} names commits {found[:3]}: history belongs in benchmarks/results/"
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 120
+
+
 def test_a_script_that_runs_no_cli_module_is_refused(tmp_path):
     (tmp_path / "good.py").write_text("from sgl_diffusion_bench.cli.bench import main\n")
     assert options_reference.entry_points(tmp_path) == {"good.py": "bench"}

@@ -3,7 +3,7 @@
 The property is the product's contract: whatever the input, a CLI prints exactly one schema-valid JSON document,
 exits with a documented code (never 70, the code for our own bugs), never lets an exception escape, and never hangs;
 bad input is exit 2. Derandomized with fixed example counts, so CI runs the same cases every time in bounded time.
-Each test adds its cases to CASES; the last test prints the totals quoted in the README's Reliability section.
+Each test adds its cases to CASES; the last test prints the totals quoted in reference/reliability.md.
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ def test_each_script_as_a_real_process_refuses_hostile_input_with_exit_2(script,
 
 
 def test_zz_report_the_case_counts(capsys):
-    """Not a property: prints the figures the README quotes (run with -s to see them)."""
+    """Not a property: prints the figures reference/reliability.md quotes (run with -s to see them)."""
     with capsys.disabled():
         print(f"\nreliability fuzz: {sum(CASES.values())} cases {dict(CASES)}; outcomes {dict(OUTCOMES)}")
     assert sum(CASES.values()) > 0
