@@ -64,6 +64,7 @@ PLACEHOLDERS = {
 SHELL_VARS = {"PATH", "HOME", "?"}  # set by the shell or the user's session
 NOT_USER_COMMANDS = re.compile(r"\.\./shared|tests/|python3? -c|\bassert\b|\btest -[a-z] ")
 FIELD_REF = re.compile(r"`(?P<schema>[a-z][a-z0-9-]*\.v[0-9]+):(?P<path>[A-Za-z0-9_.\[\]-]+)`")
+TABLE_ROW = re.compile(r"(?m)^\|.*\|\s*`(?P<schema>[a-z][a-z0-9-]*\.v[0-9]+)`\s*\|(?P<read>[^|\n]*)\|\s*$")
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
 CLI_MODULES = {name.removesuffix(".py"): module for name, module in options_reference.entry_points().items()}
 
@@ -229,16 +230,35 @@ def _deref(node: dict, root: dict) -> tuple[dict, dict]:
     return node, root
 
 
+def field_references(text: str) -> list[tuple[str, str]]:
+    """(schema, path) of every field a doc names: `schema.v1:path` inline, and in a table row whose cell before
+    last is one `schema.v1`, every backticked path of its last cell (SKILL.md names each schema once, there)."""
+    refs = [(m["schema"], m["path"]) for m in FIELD_REF.finditer(text)]
+    for row in TABLE_ROW.finditer(text):
+        refs += [(row["schema"], path) for path in re.findall(r"`([A-Za-z0-9_.\[\]-]+)`", row["read"])]
+    return refs
+
+
 @pytest.mark.parametrize("doc", SKILL_DOCS, ids=lambda p: p.name)
 def test_every_field_reference_exists_in_its_schema(doc):
-    refs = list(FIELD_REF.finditer(doc.read_text(encoding="utf-8")))
-    for ref in refs:
-        schema_file = REPO / "schemas" / f"{ref['schema']}.schema.json"
-        assert schema_file.is_file(), f"{doc.name}: {ref.group(0)} cites a schema that does not exist"
+    refs = field_references(doc.read_text(encoding="utf-8"))
+    for schema, path in refs:
+        schema_file = REPO / "schemas" / f"{schema}.schema.json"
+        assert schema_file.is_file(), f"{doc.name}: {schema}:{path} cites a schema that does not exist"
         root = json.loads(schema_file.read_text())
-        _resolve(root, ref["path"], root, ref["schema"])
+        _resolve(root, path, root, schema)
     if doc.name == "SKILL.md":
-        assert len(refs) >= 8, "SKILL.md names the fields each step's output feeds to the next"
+        assert len(refs) >= 40, "SKILL.md names the fields each step's output feeds to the next"
+        assert not list(FIELD_REF.finditer(doc.read_text(encoding="utf-8"))), \
+            "SKILL.md names each schema once, in its table: write the field's path alone"
+
+
+def test_a_field_table_row_is_checked_against_its_schema():
+    refs = field_references("| campaign | `x.py` | `bench-report.v1` | `ok`, `cells[].status` |\n")
+    assert refs == [("bench-report.v1", "ok"), ("bench-report.v1", "cells[].status")]
+    root = json.loads((REPO / "schemas" / "bench-report.v1.schema.json").read_text())
+    with pytest.raises((AssertionError, KeyError)):
+        _resolve(root, "cells[].no_such_field", root, "bench-report.v1")
 
 
 def _script_commands(body: str):
