@@ -449,3 +449,30 @@ def test_preflight_keeps_a_total_deadline_on_the_hub_call(tmp_path):
     result = model_cache.disk_preflight("org/slow", None, tmp_path, [], environ={}, model_info=slow, hub_timeout_s=0.5)
     assert time.monotonic() - started < 5
     assert result["outcome"] == "unknown_size" and "within 0.5 s" in result["hub_error"]
+
+
+def test_a_local_model_directory_is_sized_at_any_depth_and_a_whole_machine_is_refused(tmp_path, monkeypatch):
+    """Issue 44: `preflight --model /` walked the machine and died on /proc (exit 70); a 2,199-deep tree is still a
+    tree. File links count at their target's size (a snapshot links its blobs); directory links are not followed."""
+    from sgl_diffusion_bench.model_cache import preflight
+
+    model = tmp_path / "model"
+    nested = model.joinpath(*["n"] * 100)
+    nested.mkdir(parents=True)
+    (nested / "weights.safetensors").write_bytes(b"w" * 1000)
+    fd = os.open(model, os.O_RDONLY)
+    for _ in range(2199):  # past PATH_MAX: made through directory descriptors; the walk skips what it cannot open
+        os.mkdir("d", dir_fd=fd)
+        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(fd)
+    (model / "model_index.json").write_text("{}")
+    (tmp_path / "blob").write_bytes(b"b" * 500)
+    (model / "linked.bin").symlink_to(tmp_path / "blob")
+    (model / "outside").symlink_to(tmp_path, target_is_directory=True)  # not followed: the blob is counted once
+    result = model_cache.disk_preflight(str(model), None, tmp_path, [], environ={}, headroom_bytes=0)
+    assert (result["size_source"], result["required_bytes"], result["file_count"]) == ("local_path", 1502, 3)
+    monkeypatch.setattr(preflight, "MAX_LOCAL_FILES", 2)
+    with pytest.raises(contract.UsageError) as refused:
+        model_cache.disk_preflight(str(model), None, tmp_path, [], environ={})
+    assert refused.value.code == "cache.not_a_model_dir" and "model_index.json" in refused.value.hint

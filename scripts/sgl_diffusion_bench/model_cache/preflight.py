@@ -11,6 +11,7 @@ from .layout import resolve_seed_hub
 
 DEFAULT_HEADROOM_BYTES = 2 << 30  # logs, compiler caches and a partial download's temp file
 DEFAULT_HUB_TIMEOUT_S = 5.0
+MAX_LOCAL_FILES = 100_000  # a pipeline directory holds tens to hundreds of files
 
 
 def disk_preflight(model_id: str, revision: str | None, cache_dir: str | Path, seed_caches: Iterable[str | Path] = (),
@@ -31,8 +32,9 @@ def disk_preflight(model_id: str, revision: str | None, cache_dir: str | Path, s
                               "file_count": None, "hub_error": None, "notes": []}
     local = Path(model_id).expanduser()
     if local.is_dir():
-        result.update(size_source="local_path", required_bytes=_dir_bytes(local), provided_by_seed_bytes=0,
-                      to_download_bytes=0, file_count=sum(1 for p in local.rglob("*") if p.is_file()))
+        size, count = local_model_size(local)
+        result.update(size_source="local_path", required_bytes=size, provided_by_seed_bytes=0,
+                      to_download_bytes=0, file_count=count)
         return _judge(result)
     files, error = _hub_files(model_id, revision, hub_timeout_s, env, model_info)
     result["hub_error"] = error
@@ -46,9 +48,9 @@ def disk_preflight(model_id: str, revision: str | None, cache_dir: str | Path, s
     for repo in repo_dirs:
         snapshot = _snapshot_dir(repo, revision)
         if snapshot is not None:
-            size = _dir_bytes(snapshot)
+            size, count = local_model_size(snapshot)
             result.update(size_source="seed_snapshot", required_bytes=size, provided_by_seed_bytes=size,
-                          to_download_bytes=0, file_count=sum(1 for p in snapshot.rglob("*") if p.is_file()))
+                          to_download_bytes=0, file_count=count)
             result["notes"].append(f"size from the cached snapshot {snapshot}; without hub metadata an incomplete "
                                    "snapshot cannot be detected, so files it lacks would still be downloaded")
             return _judge(result)
@@ -113,5 +115,31 @@ def _snapshot_dir(repo: Path, revision: str | None) -> Path | None:
     return snapshot if snapshot.is_dir() else None
 
 
-def _dir_bytes(top: Path) -> int:
-    return sum(p.stat().st_size for p in top.rglob("*") if p.is_file())
+def local_model_size(top: Path) -> tuple[int, int]:
+    """Bytes and file count of a model directory or snapshot: file links followed (a snapshot's files link to its
+    blobs), directory links not, unreadable entries skipped, iterative (any depth). Past MAX_LOCAL_FILES it is not
+    a model directory (``--model /`` walked the whole machine and stopped on /proc with exit 70)."""
+    total = count = 0
+    stack = [top]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                items = list(entries)
+        except OSError:
+            continue
+        for item in items:
+            try:
+                if item.is_dir(follow_symlinks=False):
+                    stack.append(item.path)
+                    continue
+                if not item.is_file():
+                    continue
+                size = item.stat().st_size
+            except OSError:
+                continue
+            total, count = total + size, count + 1
+            if count > MAX_LOCAL_FILES:
+                raise contract.UsageError(
+                    "cache.not_a_model_dir", f"{top} holds more than {MAX_LOCAL_FILES} files: not a model directory",
+                    "give the model's own directory (a diffusers pipeline has model_index.json) or a hub id")
+    return total, count
