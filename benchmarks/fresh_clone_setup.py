@@ -15,7 +15,8 @@ uv itself is bootstrapped by install.sh into each clone's .cache/ when it is not
 
   .venv/bin/python benchmarks/fresh_clone_setup.py > benchmarks/results/fresh_clone_setup.json
 
-Measured: see benchmarks/results/fresh_clone_setup.json (README's Quick start quotes the current figure; benchmarks/results/README.md keeps the history).
+Measured: see benchmarks/results/fresh_clone_setup.json (README's Quick start quotes the current figure;
+benchmarks/results/README.md keeps the history).
 """
 
 from __future__ import annotations
