@@ -460,12 +460,7 @@ def test_a_local_model_directory_is_sized_at_any_depth_and_a_whole_machine_is_re
     nested = model.joinpath(*["n"] * 100)
     nested.mkdir(parents=True)
     (nested / "weights.safetensors").write_bytes(b"w" * 1000)
-    fd = os.open(model, os.O_RDONLY)
-    for _ in range(2199):  # past PATH_MAX: made through directory descriptors; the walk skips what it cannot open
-        os.mkdir("d", dir_fd=fd)
-        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
-        os.close(parent)
-    os.close(fd)
+    _chain(model, 2199)  # past PATH_MAX: the walk skips what it cannot open
     (model / "model_index.json").write_text("{}")
     (tmp_path / "blob").write_bytes(b"b" * 500)
     (model / "linked.bin").symlink_to(tmp_path / "blob")
@@ -473,6 +468,25 @@ def test_a_local_model_directory_is_sized_at_any_depth_and_a_whole_machine_is_re
     result = model_cache.disk_preflight(str(model), None, tmp_path, [], environ={}, headroom_bytes=0)
     assert (result["size_source"], result["required_bytes"], result["file_count"]) == ("local_path", 1502, 3)
     monkeypatch.setattr(preflight, "MAX_LOCAL_FILES", 2)
-    with pytest.raises(contract.UsageError) as refused:
-        model_cache.disk_preflight(str(model), None, tmp_path, [], environ={})
-    assert refused.value.code == "cache.not_a_model_dir" and "model_index.json" in refused.value.hint
+    try:
+        with pytest.raises(contract.UsageError) as refused:
+            model_cache.disk_preflight(str(model), None, tmp_path, [], environ={})
+        assert refused.value.code == "cache.not_a_model_dir" and "model_index.json" in refused.value.hint
+    finally:
+        _chain(model, 2199, remove=True)  # pytest's own clean-up of old temp folders recurses and would overflow
+
+
+def _chain(top: Path, depth: int, remove: bool = False) -> None:
+    """Make (or remove) top/d/d/.../d, ``depth`` deep, through directory descriptors: its path is past PATH_MAX."""
+    fds = [os.open(top, os.O_RDONLY)]
+    try:
+        for _ in range(depth if not remove else depth - 1):
+            if not remove:
+                os.mkdir("d", dir_fd=fds[-1])
+            fds.append(os.open("d", os.O_RDONLY, dir_fd=fds[-1]))
+        if remove:
+            for parent in reversed(fds):
+                os.rmdir("d", dir_fd=parent)
+    finally:
+        for fd in fds:
+            os.close(fd)

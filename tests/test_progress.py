@@ -135,3 +135,22 @@ def _marker_pid(log, word: str) -> int | None:
         if words[:1] == [word]:
             return int(words[1])
     return None
+
+
+def test_a_quiet_cold_engine_is_still_heard_from(tmp_path, capsys):
+    """A cold engine's start (its model load) can print nothing for half a minute: run_engine ticks while it is
+    quiet, quoting the engine's latest line, so the silence between two lines never reaches the interval plus one
+    poll. A child that prints once, then sleeps for six intervals, gets several 'so far' lines in between."""
+    from sgl_diffusion_bench.engine import engine_process
+
+    with progress.phase("quiet engine") as ticker:
+        ticker.interval_s = 0.2
+        run = engine_process.run_engine(
+            [sys.executable, "-c", "import time; print('loading weights', flush=True); time.sleep(1.2)"], {},
+            tmp_path / "engine.log", ticker=ticker)
+    assert run.returncode == 0
+    lines = progress_lines(capsys.readouterr().err)
+    assert_announced_then_timed(lines, "quiet engine")
+    ticks = [line for line in lines if re.fullmatch(r".* quiet engine: \d+ s so far; the engine says: loading "
+                                                   r"weights", line)]
+    assert len(ticks) >= 3, lines

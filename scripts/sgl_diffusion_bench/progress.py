@@ -2,8 +2,9 @@
 it, loading a model, warming it up): a user who sees nothing for a minute assumes a hang. ``--quiet`` (every script's
 common option) turns them off; they never reach stdout, so ``--json`` still prints one document there.
 
-Each phase says what it starts before it runs and how long it took after; a long child process adds at most one line
-per ``INTERVAL_S`` in between, its own latest log line with the seconds since the phase began.
+Each phase says what it starts before it runs and how long it took after; a long child process adds one line every
+``INTERVAL_S`` in between (waiting loops check every ``POLL_S``, so no phase is silent for more than 5 s), its own
+latest log line with the seconds since the phase began.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import time
 from typing import Iterator, Mapping, Sequence
 
 PREFIX = "[progress]"
-INTERVAL_S = 5.0
+INTERVAL_S = 4.0
+POLL_S = 1.0  # how often a waiting loop checks whether a line is due
 _state = {"quiet": False}
 
 
@@ -51,6 +53,11 @@ class Ticker:
         self._latest: str | None = None
         self.outcome = "done"  # what the closing line says; a caller whose phase ended badly says so
 
+    @property
+    def poll_s(self) -> float:
+        """How long a loop waiting on the child may block before checking whether a line is due."""
+        return min(POLL_S, self.interval_s)
+
     def elapsed_s(self) -> float:
         return time.monotonic() - self.began
 
@@ -78,10 +85,10 @@ def run_child(argv: Sequence[str], ticker: Ticker, *, timeout_s: float,
         while True:
             left = deadline - time.monotonic()
             try:
-                out, err = proc.communicate(timeout=max(min(ticker.interval_s, left), 0.01))
+                out, err = proc.communicate(timeout=max(min(ticker.poll_s, left), 0.01))
                 return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
             except subprocess.TimeoutExpired:
-                if left <= ticker.interval_s:
+                if left <= ticker.poll_s:
                     proc.kill()
                     proc.communicate()
                     raise subprocess.TimeoutExpired(list(argv), timeout_s) from None

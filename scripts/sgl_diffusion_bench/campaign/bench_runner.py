@@ -27,7 +27,6 @@ from ..results import report, request_verdicts, stats
 from .campaign_context import CampaignContext, Site
 from ..judging.cell import Cell, Report
 from ..presets import Preset
-from ..progress import Ticker  # the module's name is taken here by run()'s per-cell Progress
 
 TOOL = "bench_diffusion_denoise"
 REPORT_SCHEMA = Report.SCHEMA
@@ -249,11 +248,6 @@ class CampaignRunner:
                   prepared: model_cache.PreparedCache | None) -> None:
         request = request_setup.prepare(invocation, self.ctx.engine_env(prepared), self.ctx.markers)
         facts = engine_args.EngineRunFacts(self.ctx.markers)
-        ticker = Ticker(f"cell {cell.index + 1}/{len(self.cells)} {cell.arm}")  # a cold start loads quietly
-
-        def observe(line: str) -> None:
-            facts.feed(line)
-            ticker.feed(line)
 
         if invocation.quality is not None:
             cell.quality = dict(invocation.quality)  # the level the engine ran, aliases resolved
@@ -261,7 +255,8 @@ class CampaignRunner:
             cell, argv=request.argv, env=dict(request.env), run_dir=request.run_dir, gate=request.gate, perf_dump_path=invocation.perf_dump_path, output_dir=invocation.output_dir,
             output_stem=invocation.output_file_stem, task=self.preset.task, timeout_s=self.settings.cell_timeout_s,
             echo=sys.stderr if self.settings.echo_engine else None, foreign_check=self.ctx.lease.foreign_check,
-            observe=observe, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA))  # built while it runs
+            observe=facts.feed, on_started=lambda: contract.prepare_validator(REPORT_SCHEMA),  # built while it runs
+            what=f"cell {cell.index + 1}/{len(self.cells)} {cell.arm}: a cold engine's start, request and exit")
         cell.engine_run = facts.to_json()
         if adapter is not None:
             self.adapter = adapter

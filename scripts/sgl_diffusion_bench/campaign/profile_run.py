@@ -104,7 +104,8 @@ def run_profile(preset: presets.Preset, caps: EngineCapabilities, request: Profi
                               gate=prepared.gate, perf_dump_path=invocation.perf_dump_path,
                               output_dir=invocation.output_dir, output_stem=invocation.output_file_stem,
                               task=preset.task, timeout_s=request.timeout_s,
-                              echo=sys.stderr if request.echo else None, foreign_check=foreign_check)
+                              echo=sys.stderr if request.echo else None, foreign_check=foreign_check,
+                              what=f"{preset.name}: the profiled request (engine start, request, exit)")
 
     if preset.num_gpus > 0:
         with gpu.campaign_devices(preset.num_gpus, f"{preset.name}:{request.label}:profile", inventory) as (

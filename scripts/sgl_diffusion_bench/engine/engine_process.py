@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from .. import contract
+from .. import contract, progress
 from . import engine_python
 from .inside.cpu_adapter import sgl_cpu_adapter
 
@@ -145,12 +145,13 @@ def stop_group(process: subprocess.Popen) -> None:
 def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                on_line: Callable[[str], str | None] | None = None, timeout_s: float | None = None,
                echo: TextIO | None = None, cwd: Path | None = None,
-               on_started: Callable[[int], None] | None = None) -> EngineRun:
+               on_started: Callable[[int], None] | None = None, ticker: progress.Ticker | None = None) -> EngineRun:
     """Run ``argv`` to completion, or until ``on_line`` returns a reason, ``timeout_s`` passes, or Ctrl-C.
 
     Lines the engine prints while it is being stopped are still logged (not passed to ``on_line``). ``on_started``
     is called with the process id (also its process group's) once it runs: the caller's own work started there
-    overlaps the engine's start.
+    overlaps the engine's start. ``ticker`` is fed every line and ticked while the engine is quiet, so a user sees
+    what it does at least every few seconds.
     """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,6 +175,7 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
             stopper[0].start()
 
         timer = threading.Timer(timeout_s, request_stop, (TIMEOUT_REASON, None)) if timeout_s is not None else None
+        quiet = _heartbeat(ticker) if ticker is not None else None
         try:
             if on_started is not None:
                 on_started(process.pid)
@@ -186,6 +188,8 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
                 log.flush()
                 if echo is not None:
                     print(line, file=echo, flush=True)
+                if ticker is not None:
+                    ticker.feed(line)
                 if on_line is not None and not stop:
                     reason = on_line(line)
                     if reason:
@@ -201,6 +205,8 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
         finally:
             if timer:
                 timer.cancel()
+            if quiet is not None:
+                quiet.set()
             if process.poll() is None:
                 stop_group(process)
             for thread in stopper:
@@ -211,3 +217,16 @@ def run_engine(argv: list[str], env: dict[str, str], log_path: Path,
     return EngineRun(returncode=process.returncode, wall_s=time.monotonic() - start,
                      stop_reason=stop.get("reason"), stop_line=stop.get("line"),
                      stopped_after_s=stop.get("after_s"), log_path=log_path)
+
+
+def _heartbeat(ticker: progress.Ticker) -> threading.Event:
+    """Tick ``ticker`` while the engine prints nothing (loading a model can be silent for half a minute); set the
+    returned event to stop."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(ticker.poll_s):
+            ticker.tick()
+
+    threading.Thread(target=beat, name="engine-heartbeat", daemon=True).start()
+    return done

@@ -194,7 +194,7 @@ class WarmEngine:
                 self.stop()
             wait = None if stop or remaining is None else max(remaining, 0.01)
             if ticker is not None and not stop:
-                wait = ticker.interval_s if wait is None else min(wait, ticker.interval_s)
+                wait = ticker.poll_s if wait is None else min(wait, ticker.poll_s)
             try:
                 line = self._lines.get(timeout=wait)
             except queue.Empty:

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
-from .. import contract, fileio
+from .. import contract, fileio, progress
 from ..engine import engine_process
 from . import host_load, log_gates, media, memory_evidence, output_check, perf_dump, validity
 from .cell import Cell
@@ -144,7 +144,8 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
              task: str | None, timeout_s: float | None, echo: TextIO | None = None,
              foreign_check: Callable[[], list[dict[str, Any]]] | None = None,
              observe: Callable[[str], None] | None = None,
-             on_started: Callable[[], None] | None = None) -> dict[str, Any] | None:
+             on_started: Callable[[], None] | None = None,
+             what: str = "engine: start, one request, exit") -> dict[str, Any] | None:
     """One `sglang generate` process, start to exit, judged into ``cell`` (campaign cells and profiled runs alike).
 
     ``observe`` sees every line too (the engine's effective settings); ``on_started`` is called once the engine
@@ -178,9 +179,12 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
 
     cell.started_at = contract.utc_now()
     cell.log_path = str(run_dir / "engine.log")
-    run = engine_process.run_engine(list(argv), env, run_dir / "engine.log", on_line=on_line, timeout_s=timeout_s,
-                                    echo=echo, cwd=run_dir,  # the engine records the git commit of its cwd
-                                    on_started=started)
+    with progress.phase(what, f"its log: {run_dir / 'engine.log'}") as ticker:
+        run = engine_process.run_engine(list(argv), env, run_dir / "engine.log", on_line=on_line,
+                                        timeout_s=timeout_s, echo=echo, on_started=started, ticker=ticker,
+                                        cwd=run_dir)  # the engine records the git commit of its cwd
+        if run.returncode or run.stop_reason:
+            ticker.outcome = f"ended ({run.stop_reason or f'exit code {run.returncode}'})"
     after = foreign_check() if foreign_check else []
     if not host_after:  # no metrics line (a failed or stopped run): the window overlaps the judging below
         host_after.append(host_load.start_sample())
