@@ -51,3 +51,16 @@ def test_a_lone_surrogate_and_a_deep_line_are_refused_with_their_lines(tmp_path)
     assert refused.details["line"] == 2 and "surrogate" in refused.message
     deep = '{"prompt": "p", "request_id": "d", "sampling_params": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
     assert "refused" in _refused(tmp_path, deep).message
+
+
+def test_serving_refuses_a_sampling_field_its_requests_cannot_carry_as_campaigns_do(tmp_path):
+    """Issue 44: serving sent only its payload's fields and dropped the rest without a word; the same rule as a
+    campaign's now refuses the line, naming the field and what a serving request can carry."""
+    line = json.dumps({"prompt": "a cat", "request_id": "r1", "sampling_params": {"true_cfg_scale": 4.0}})
+    refused = _refused(tmp_path, line + "\n")
+    assert refused.details["line"] == 1 and refused.message.count("true_cfg_scale: a serving request") == 1
+    assert "guidance_scale" in refused.message and "num_frames" not in refused.message
+    fine = json.dumps({"prompt": "a cat", "request_id": "r1", "sampling_params": {"guidance_scale": 3.5,
+                                                                                     "num_outputs_per_prompt": 2}})
+    specs, _ = _load(tmp_path, fine + "\n")
+    assert specs[0].payload()["guidance_scale"] == 3.5 and specs[0].payload()["n"] == 2

@@ -103,9 +103,13 @@ def _int_field(value: Any, name: str, path: Path, line: int) -> int:
     return value
 
 
-def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int]) -> tuple[list[RequestSpec], str]:
+def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int],
+                  fields: tuple[str, ...] = PAYLOAD_FIELDS, who: str = "a serving request (its JSON body)"
+                  ) -> tuple[list[RequestSpec], str]:
     """The manifest's requests and its sha256, by the engine's loader, then the checks a text-to-image server
-    would fail a request on (size a multiple of SIZE_MULTIPLE, positive steps, no condition images)."""
+    would fail a request on (size a multiple of SIZE_MULTIPLE, positive steps, no condition images). A sampling
+    field outside ``fields`` (what ``who`` can carry) is refused, naming it: serving and campaigns apply one rule,
+    each with its own fields (serving sent only its payload's fields and dropped the rest without a word)."""
     if not path.is_file():
         raise contract.InputError("input.bad_manifest", f"--requests-file {path}: no such file",
                                   "give a JSONL request manifest (scripts/sgl_diffusion_bench/data/"
@@ -142,6 +146,13 @@ def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int]) 
             raise _bad_line(path, line, f"guidance_scale must be a finite number >= 0, got {guidance!r}")
         if "seed" in sampling and (isinstance(sampling["seed"], bool) or not isinstance(sampling["seed"], int)):
             raise _bad_line(path, line, f"seed must be an integer, got {sampling['seed']!r}")
+        if not isinstance(sampling.get("negative_prompt", ""), str):
+            raise _bad_line(path, line, "negative_prompt must be a string")
+        other = sorted(k for k in sampling if k not in fields
+                       and not (k == "num_outputs_per_prompt" and sampling[k] == 1))
+        if other:
+            raise _bad_line(path, line, f"{', '.join(other)}: {who} sets only prompt, width, height and "
+                                        f"{', '.join(fields)}")
         specs.append(RequestSpec(request.request_id, request.prompt, width, height, sampling, line))
     return specs, loaded.sha256
 
@@ -177,13 +188,6 @@ def for_campaign(path_text: str | None, python_option: str | None,
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (README 'Engine install') or pass --engine-python")
-    specs, sha = load_manifest(path, Path(location["package_dir"]), (preset_size[0] or 1024, preset_size[1] or 1024))
-    for spec in specs:
-        other = sorted(k for k in spec.sampling if k not in PRESET_FIELDS
-                       and not (k == "num_outputs_per_prompt" and spec.sampling[k] == 1))
-        if other:
-            raise _bad_line(path, spec.line, f"{', '.join(other)}: a campaign request sets only prompt, width, "
-                                             f"height and {', '.join(PRESET_FIELDS)}")
-        if not isinstance(spec.sampling.get("negative_prompt", ""), str):
-            raise _bad_line(path, spec.line, "negative_prompt must be a string")
+    specs, sha = load_manifest(path, Path(location["package_dir"]), (preset_size[0] or 1024, preset_size[1] or 1024),
+                               PRESET_FIELDS, "a campaign request")
     return Manifest(path.resolve(), sha, tuple(specs))
