@@ -386,6 +386,25 @@ def test_verify_reports_residue_and_recreated_children(tmp_path):
     assert result["residue_count"] == 1 and result["entries"][1]["residual"]["weight_file_count"] == 1
 
 
+def test_verify_walks_only_our_children_and_reads_a_manifest_date_it_can_use(tmp_path):
+    """Issue 44: a ledger line naming `/` made verify walk the whole machine; a manifest saying
+    `created_at_unix_s: 'yesterday'` was exit 70. The first is refused naming its line, the second is no date."""
+    ledger = tmp_path / "l.jsonl"
+    a = model_cache.prepare_child_cache(tmp_path / "root", "m", "a")
+    model_cache.cleanup_child_cache(tmp_path / "root", a.child, "success", ledger)
+    again = model_cache.prepare_child_cache(tmp_path / "root", "m", "a")
+    manifest = json.loads(again.manifest_path.read_text())
+    again.manifest_path.write_text(json.dumps({**manifest, "created_at_unix_s": "yesterday"}))
+    entry = model_cache.verify_ledger(ledger)["entries"][0]
+    assert entry["status"] == "present" and entry["residual"]["file_count"] >= 1  # no usable date: not "recreated"
+    line = json.loads(ledger.read_text().splitlines()[-1])
+    hostile = tmp_path / "hostile.jsonl"
+    hostile.write_text(json.dumps({**line, "cache_dir": "/"}) + "\n")
+    with pytest.raises(contract.InputError) as refused:
+        model_cache.verify_ledger(hostile)
+    assert refused.value.code == "cache.ledger_unreadable" and "line 1: cache_dir / is present" in refused.value.message
+
+
 def test_verify_rejects_missing_empty_and_corrupt_ledgers(tmp_path):
     with pytest.raises(contract.PreconditionError):
         model_cache.verify_ledger(tmp_path / "none.jsonl")

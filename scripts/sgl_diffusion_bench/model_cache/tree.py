@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
+import math
 import os
 import stat
 import struct
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import inputs
 from .layout import MANIFEST_NAME
 
 WEIGHT_SUFFIXES = (".bin", ".ckpt", ".gguf", ".pt", ".pth", ".safetensors", ".onnx", ".msgpack", ".h5")
@@ -156,12 +157,19 @@ def fingerprint_tree(top: Path, *, content: bool = False) -> str:
 
 
 def read_manifest(child: Path) -> dict[str, Any] | None:
+    """A child's manifest through the one bounded reader (regular file, size, depth, finite numbers); None when it
+    is missing, a link, or not a readable JSON object."""
     path = child / MANIFEST_NAME
-    if path.is_symlink() or not path.is_file():
+    if path.is_symlink():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    return inputs.load_object_or_none(path)
+
+
+def created_at(manifest: dict[str, Any] | None) -> float | None:
+    """When the manifest says its child was made (Unix seconds), or None when it says nothing usable
+    (``'yesterday'``, a bool, a non-finite or negative number)."""
+    value = (manifest or {}).get("created_at_unix_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
-    return data if isinstance(data, dict) else None
+    return float(value)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract, inputs
-from .tree import read_manifest, compute_stats, walk_tree
+from .layout import marker_ok
+from .tree import compute_stats, created_at, read_manifest, walk_tree
 
 
 def verify_ledger(ledger_path: str | Path) -> dict[str, Any]:
@@ -57,11 +58,17 @@ def _verify_entry(number: int, entry: dict[str, Any]) -> dict[str, Any]:
     if not os.path.lexists(cache_dir):
         return result
     manifest = read_manifest(cache_dir) if cache_dir.is_dir() and not cache_dir.is_symlink() else None
-    if manifest and float(manifest.get("created_at_unix_s", 0)) > entry["cleaned_at_unix_s"]:
+    made = created_at(manifest)
+    if made is not None and made > entry["cleaned_at_unix_s"]:
         result["status"] = "recreated_after_cleanup"
         return result
     result["status"] = "present"
     if cache_dir.is_dir() and not cache_dir.is_symlink():
+        if cache_dir.parent == cache_dir or not marker_ok(cache_dir.parent):
+            raise contract.InputError(
+                "cache.ledger_unreadable", f"line {number}: cache_dir {cache_dir} is present and not a child of a "
+                "marked cache root: not a folder cleanup made, so verify does not walk it",
+                "the ledger is append-only JSONL written by cleanup; restore the line or move it aside")
         result["residual"] = compute_stats(cache_dir, walk_tree(cache_dir))
     return result
 
