@@ -11,13 +11,22 @@ The nested blocks (``perf``, ``gates``, ``outputs``, ...) stay JSON mappings: th
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, Mapping
 
 # Optional cell properties (not in the schema's "required"): absent from the JSON when None. None is not a value
 # any of them may take in the schema, so leaving them out loses nothing.
 _OPTIONAL_CELL_KEYS = ("engine", "other_files", "sample", "engine_run", "quality", "request")
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of JSON-shaped data (dicts, lists, immutable leaves): what copy.deepcopy gives here, several times
+    faster (rendering a 10,000-cell report spent half its time in deepcopy)."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_copy(v) for v in value]
+    return value
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,17 +74,17 @@ class Cell:
         if missing:
             raise ValueError(f"a bench-report cell needs {', '.join(missing)}: got keys {sorted(doc)}")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        fields = {k: copy.deepcopy(v) for k, v in doc.items() if k in known}
-        extra = {k: copy.deepcopy(v) for k, v in doc.items() if k not in known}
+        fields = {k: json_copy(v) for k, v in doc.items() if k in known}
+        extra = {k: json_copy(v) for k, v in doc.items() if k not in known}
         return cls(**fields, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
         """The bench-report.v1 cell: every required key, the optional ones that are set, then ``extra``."""
-        doc = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "extra"}
+        doc = {f.name: json_copy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "extra"}
         for key in _OPTIONAL_CELL_KEYS:
             if doc[key] is None:
                 del doc[key]
-        doc.update(copy.deepcopy(self.extra))
+        doc.update(json_copy(self.extra))
         return doc
 
 
@@ -114,8 +123,8 @@ class Report:
         if missing:
             raise ValueError(f"a {cls.SCHEMA} document needs {', '.join(missing)}")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", "cells"}
-        fields = {k: copy.deepcopy(v) for k, v in doc.items() if k in known}
-        extra = {k: copy.deepcopy(v) for k, v in doc.items() if k not in known | {"schema", "cells"}}
+        fields = {k: json_copy(v) for k, v in doc.items() if k in known}
+        extra = {k: json_copy(v) for k, v in doc.items() if k not in known | {"schema", "cells"}}
         return cls(**fields, cells=[Cell.from_json(c) for c in doc.get("cells", [])], extra=extra)
 
     def to_json(self) -> dict[str, Any]:
@@ -127,6 +136,6 @@ class Report:
             if f.name == "cells":
                 doc["cells"] = [c.to_json() for c in value]
             elif value is not None or f.name not in _OPTIONAL_REPORT_KEYS:
-                doc[f.name] = copy.deepcopy(value)
-        doc.update(copy.deepcopy(self.extra))
+                doc[f.name] = json_copy(value)
+        doc.update(json_copy(self.extra))
         return doc

@@ -14,6 +14,7 @@ from ..judging.cell import Cell
 
 MARKDOWN_NAME = "bench-report.md"
 PLOT_NAME = "bench-report.png"
+MAX_TICK_LABELS = 40  # run-order labels and round separators on the plot
 
 
 def _s(ms: float | None) -> str:
@@ -393,7 +394,7 @@ def render_plot(doc: Mapping[str, Any], path: str | Path) -> Path:
         for n, c in enumerate(cells):
             if not c.valid:
                 ax.axvline(n, color="grey", linestyle=":", linewidth=1)
-        for n in range(1, len(cells)):
+        for n in range(1, len(cells) if len({c.round for c in cells}) <= MAX_TICK_LABELS else 0):
             if cells[n].round != cells[n - 1].round:
                 ax.axvline(n - 0.5, color="black", linewidth=0.8, alpha=0.4)
         ax.set_ylabel(label)
@@ -402,9 +403,10 @@ def render_plot(doc: Mapping[str, Any], path: str | Path) -> Path:
         axes[0].legend(loc="best", fontsize="small")
     axes[0].set_title(f"{doc['campaign']['label']}: every cell by run order (red ring = outlier, "
                       f"dotted = not valid)", fontsize="medium")
-    axes[1].set_xticks(range(len(cells)))
+    step = max(1, -(-len(cells) // MAX_TICK_LABELS))  # one label per cell past a few dozen is unreadable (10,000: minutes)
+    axes[1].set_xticks(range(0, len(cells), step))
     axes[1].set_xticklabels([f"R{c.round}\n{c.position or ''}" if c.round is not None else str(c.index)
-                             for c in cells], fontsize="small")
+                             for c in cells[::step]], fontsize="small")
     axes[1].set_xlabel("run order")
     fig.tight_layout()
     path = Path(path)
