@@ -52,7 +52,7 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
     # One status line per cell on stderr, every phase announced before it ran, and one closing line.
     assert run.stderr.count("VALID after") == 4
     last = assert_announced_and_summarised(run.stderr, "bench_diffusion_denoise")[-1]
-    assert "aa [aa] aa: OK; 4/4 cells valid; verdict " in last and f"Markdown {doc['artifacts']['report_md']}" in last
+    assert "tiny-flux-cpu [aa] aa: OK; 4/4 cells valid; verdict " in last and f"Markdown {doc['artifacts']['report_md']}" in last
     on_disk = json.loads(Path(doc["plan"]["report_path"]).read_text())
     assert on_disk["cells"] == cells
     plot = Path(doc["artifacts"]["plot_png"])
