@@ -92,3 +92,16 @@ def test_watching_polls_beside_the_work_and_once_after_it(tmp_path):
 
     assert watch.watching(watcher, work) == {"ran": True}
     assert [line.split(" [")[0] for line in said] == ["[sweep] a: started (attempt 1)", "[sweep] a: done in 0 s"]
+
+
+def test_a_quiet_line_names_three_running_shards_and_counts_the_rest(tmp_path):
+    clock, said = Clock(), []
+    ids = [f"s{n}" for n in range(5)]
+    watcher = watch.Watcher(tmp_path, {i: 60.0 for i in ids}, slots=5, say=said.append, clock=clock)
+    for shard_id in ids:
+        running(tmp_path, shard_id, 1, f"[progress] engine e1: loading {shard_id}\n")
+    watcher.poll()
+    clock.now += watch.QUIET_S
+    watcher.poll()
+    assert said[-1].startswith("[sweep] waiting; s0: engine e1: loading s0; s1: engine e1: loading s1; s2: engine "
+                               "e1: loading s2; 2 more running [")

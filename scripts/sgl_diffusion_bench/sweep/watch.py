@@ -17,9 +17,9 @@ from . import state as sweep_state
 
 PREFIX = "[sweep]"
 QUIET_S = progress.INTERVAL_S  # the longest a running sweep stays silent
-POLL_S = 1.0
-CELL_LINE = re.compile(r"^\[cell (?P<n>\d+)/(?P<of>\d+)\] (?P<text>.*?: (?:VALID|[A-Z_]+) after .*)$")
+CELL_LINE = re.compile(r"^\[cell (?P<n>\d+)/(?P<of>\d+)\] (?P<text>.*?: [A-Z_]+ after .*)$")
 LATEST_CHARS = 120
+NAMED_RUNNING = 3  # a quiet line names what this many running shards do, and counts the rest
 
 
 @dataclasses.dataclass
@@ -78,7 +78,9 @@ class Watcher:
             self._poll_one(shard_id, shard)
         if self.clock() - self._last_said >= QUIET_S:
             running = [f"{i}: {s.latest or 'starting'}" for i, s in self.shards.items() if s.status == "running"]
-            self._line("waiting; " + ("; ".join(running) if running else "no shard running yet"))
+            more = f"; {len(running) - NAMED_RUNNING} more running" if len(running) > NAMED_RUNNING else ""
+            self._line("waiting; " + ("; ".join(running[:NAMED_RUNNING]) + more if running
+                                      else "no shard running yet"))
 
     def _poll_one(self, shard_id: str, shard: _Shard) -> None:
         state_path = sweep_state.shard_dir(self.folder, shard_id) / sweep_state.STATE_FILE
@@ -129,7 +131,7 @@ def watching(watcher: Watcher, work: Callable[[], dict]) -> dict:
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(POLL_S):
+        while not stop.wait(progress.POLL_S):
             watcher.poll()
 
     thread = threading.Thread(target=loop, name="sweep-watch", daemon=True)
