@@ -253,6 +253,24 @@ def test_every_field_reference_exists_in_its_schema(doc):
             "SKILL.md names each schema once, in its table: write the field's path alone"
 
 
+def test_the_skills_cpu_evidence_run_is_the_request_the_engine_tests_run():
+    """SKILL.md opens with a CPU evidence run: five minutes as a doc test, and tests/test_evidence_engine.py runs the
+    same request already (killed, resumed, verified). So the block is parse-only and its options are checked here
+    to be that test's own, value for value."""
+    import test_evidence_engine
+
+    body = next(p.values[3] for p in ALL_BLOCKS if p.values[0].name == "SKILL.md" and "tiny-flux-cpu" in p.values[3]
+                and "collect_pr_evidence.py run" in p.values[3])
+    commands = [args for name, args in _script_commands(body) if name == "collect_pr_evidence"]
+    assert [args[0] for args in commands] == ["run", "verify"]
+    run = commands[0]
+    options = [(run[i], run[i + 1]) for i in range(1, len(run) - 1) if run[i].startswith("--")
+               and run[i] not in ("--out", "--json")]
+    request = test_evidence_engine.REQUEST
+    pairs = {(request[i], request[i + 1]) for i in range(len(request) - 1)}
+    assert options and set(options) <= pairs, (options, request)
+
+
 def test_a_field_table_row_is_checked_against_its_schema():
     refs = field_references("| campaign | `x.py` | `bench-report.v1` | `ok`, `cells[].status` |\n")
     assert refs == [("bench-report.v1", "ok"), ("bench-report.v1", "cells[].status")]
