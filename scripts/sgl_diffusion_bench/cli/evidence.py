@@ -73,8 +73,7 @@ def render_run(doc: dict) -> str:
 
 def run_summary(doc: dict) -> str:
     """The closing line: the state, the campaign's verdict, the steps, where EVIDENCE.md is and what to run next."""
-    campaign = next((s for s in doc["steps"] if s["name"] == "campaign"), None)
-    result = (campaign or {}).get("result") or {}
+    result = manifest.step(doc, "campaign")["result"] or {}
     verdict = (f"verdict {result.get('verdict')} ({result.get('valid_cells')}/{result.get('cells')} cells valid)"
                if result else "no verdict (the campaign did not finish)")
     statuses = [s["status"] for s in doc["steps"]]
