@@ -28,15 +28,16 @@ demo: setup
 	@$(PY) scripts/bench_diffusion_denoise.py --model tiny-flux-cpu --label $(DEMO_LABEL) --report --json
 
 # The whole suite: the tests that need no engine, then the real-engine tests, each lane on both cores. An engine run on
-# the tiny model is mostly two single-threaded imports of sglang (the CLI and the scheduler process it spawns), so two
-# at a time nearly halve the lane; the runner flags cells that ran on a busy host instead of failing them.
+# the tiny model is mostly a single-threaded import of sglang (its worker forks from it on CPU), so two at a time nearly
+# halve the lane; the runner flags cells that ran on a busy host instead of failing them. --dist loadgroup keeps each
+# xdist_group (tests reading one expensive module fixture) on one worker, so that fixture runs once.
 test: setup
 	$(PY) -m pytest -q -n 2 -m "not engine" --durations=15
-	$(PY) -m pytest -q -n 2 -m engine --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m engine --durations=15
 
 # The tests that run the real engine, against the release ENGINE selects.
 test-engine: setup
-	$(PY) -m pytest -q -n 2 -m engine
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m engine
 
 selftest: setup
 	for s in scripts/*.py; do $(PY) $$s --self-test || exit 1; done

@@ -188,6 +188,20 @@ def test_summarize_keeps_applied_and_not_needed_patches_apart():
     assert inactive["active"] is False and inactive["applied"] == inactive["not_needed"] == []
 
 
+def test_summarize_counts_the_forked_worker_and_ignores_patches_an_older_log_never_had():
+    checking = "checking b0,b2,b2a,b3,b4,b5,fork; absent: b1,b6; disabled: none"
+    forked = [f"[sgl-cpu-adapter] active (pid 7): {checking}",
+              "[sgl-cpu-adapter] b0 applied (pid 7): torchvision's C ops did not load",
+              "[sgl-cpu-adapter] fork applied (pid 7): the scheduler worker forks from this process",
+              f"[sgl-cpu-adapter] active (pid 8): {checking}"]
+    summary = sgl_cpu_adapter.summarize(forked)
+    assert summary["applied"] == ["b0", "fork"] and summary["pids"] == [7, 8]
+    unstarted = sgl_cpu_adapter.summarize(forked[:2])
+    assert {n["id"]: n["reason"] for n in unstarted["not_needed"]}["fork"] == "the engine started no scheduler worker"
+    older = sgl_cpu_adapter.summarize([line.replace(",fork", "") for line in forked[:2]])
+    assert "fork" not in [n["id"] for n in older["not_needed"]] and older["applied"] == ["b0"]
+
+
 def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120)
 

@@ -50,7 +50,7 @@ def test_the_reproduce_block_reruns_the_cell(tmp_path):
         log = rerun.stdout + rerun.stderr
         assert "Loaded transformer: FluxTransformer2DModel (sgl-diffusion version)" in log
         adapter = sgl_cpu_adapter.summarize(log.splitlines())
-        assert adapter["applied"] == ["b0"] and len(adapter["pids"]) == 2  # the CLI and its scheduler
+        assert adapter["applied"] == ["b0", "fork"] and len(adapter["pids"]) == 2  # the CLI and its forked scheduler
         assert [s["name"] for s in dump["steps"] if "." not in s["name"]] == STAGES
         assert dump["memory_checkpoints"] == {}
 
