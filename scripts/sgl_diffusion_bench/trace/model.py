@@ -25,7 +25,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
 DEVICE_KINDS = {"kernel": KERNEL, "Kernel": KERNEL, "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY,
@@ -261,40 +264,72 @@ def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
     return out
 
 
-def op_nesting(ops: Events) -> tuple[list[float], list[bool]]:
-    """Per op: its self time (its duration less the time of the ops nested inside it on the same thread, as
-    torch.profiler's "self CPU"), so ``aten::conv2d > aten::convolution > aten::_convolution > ...`` counts the
-    convolution's time once, under the innermost name; and whether it runs inside an op of its own name
+def op_nesting(ops: Events) -> tuple[np.ndarray, np.ndarray]:
+    """Per op (numpy arrays in the table's order): its self time (its duration less the time of the ops nested
+    inside it on the same thread, as torch.profiler's "self CPU"), so ``aten::conv2d > aten::convolution > ...``
+    counts the convolution's time once, under the innermost name; and whether it runs inside an op of its own name
     (``aten::sum`` calls another ``aten::sum``), so a name's inclusive time counts such recursion once. A child that
     overruns its parent (rounded timestamps) is cut at the parent's end: on each thread the self times add up to the
-    union of the op intervals."""
-    own = [0.0] * len(ops)
-    recursive = [False] * len(ops)
-    by_thread: dict[int, list[int]] = {}
-    for i, thread in enumerate(ops.thread):
-        by_thread.setdefault(thread, []).append(i)
-    ts, dur, name = ops.ts, ops.dur, ops.name
-    for rows in by_thread.values():
-        rows.sort(key=dur.__getitem__, reverse=True)  # two stable sorts: by start, the longer (the parent) first
-        rows.sort(key=ts.__getitem__)
-        stack: list[tuple[int, float]] = []  # (op, its end cut to its parent's end)
-        open_names: dict[int, int] = {}  # name -> how many ops of that name are on the stack
-        for i in rows:
-            start, length, n = ts[i], dur[i], name[i]
-            while stack and stack[-1][1] <= start:
-                open_names[name[stack.pop()[0]]] -= 1
-            end = start + length  # length stays the duration itself, not end - start: no rounding of large ts
-            if stack:
-                parent, parent_end = stack[-1]
-                if end > parent_end:
-                    length, end = parent_end - start, parent_end
-                own[parent] -= length
-            own[i] += length
-            depth = open_names.get(n, 0)
-            recursive[i] = depth > 0
-            open_names[n] = depth + 1
-            stack.append((i, end))
-    return [max(v, 0.0) for v in own], recursive
+    union of the op intervals.
+
+    Vectorised over the ~200,000 ops of a large trace (a per-op stack walk took most of the analysis). In start order
+    (the longer first on a tie), an op's parent is the latest earlier op on its thread still open at its start; the
+    open count is its depth, and the parent is the latest earlier op one level up. Cutting a child to its parent's end
+    can close it sooner and so change later ops' parents: the structure is recomputed until the ends hold still (one
+    extra pass where nothing overruns)."""
+    import numpy as np
+    count = len(ops)
+    ts, dur = np.asarray(ops.ts, dtype=np.float64), np.asarray(ops.dur, dtype=np.float64)
+    order = np.lexsort((-dur, ts, np.asarray(ops.thread, dtype=np.int64)))  # stable: ties keep table order
+    start, length, thread = ts[order], dur[order], np.asarray(ops.thread, dtype=np.int64)[order]
+    name = np.asarray(ops.name, dtype=np.int64)[order]
+    end = start + length
+    cut_end, parent, depth = end, np.full(count, -1), np.zeros(count, dtype=np.int64)
+    for _ in range(count + 1):
+        depth, parent = _depth_and_parent(start, cut_end, thread)
+        new_end = end.copy()
+        for level in range(1, int(depth.max(initial=0)) + 1):  # parents first: a cut passes down the chain
+            rows = np.flatnonzero(depth == level)
+            new_end[rows] = np.minimum(end[rows], new_end[parent[rows]])
+        if np.array_equal(new_end, cut_end):
+            break
+        cut_end = new_end
+    nested = parent >= 0
+    cut = nested & (end > cut_end)
+    own_length = np.where(cut, cut_end - start, length)  # uncut: the duration itself, not end - start (rounding)
+    own = own_length.copy()
+    np.subtract.at(own, parent[nested], own_length[nested])  # in start order, as the stack walk took them
+    recursive = np.zeros(count, dtype=bool)
+    ancestor = parent.copy()
+    while (live := np.flatnonzero(ancestor >= 0)).size:
+        recursive[live] |= name[ancestor[live]] == name[live]
+        ancestor[live] = parent[ancestor[live]]
+    own_by_row, recursive_by_row = np.empty(count), np.empty(count, dtype=bool)
+    own_by_row[order], recursive_by_row[order] = np.maximum(own, 0.0), recursive
+    return own_by_row, recursive_by_row
+
+
+def _depth_and_parent(start, end, thread):
+    """For ops sorted by (thread, start, longer first): how many earlier ops of the thread are open at each start
+    (an op ending exactly there is closed; a zero-length op is closed before a later op of the same start), and the
+    latest earlier op one level up (-1 at depth 0)."""
+    import numpy as np
+    count = start.size
+    index = np.arange(count)
+    # Ends and starts in one sweep: (thread, time, op, end after start on a full tie); ends before a start close.
+    times = np.concatenate((end, start))
+    kinds = np.concatenate((np.ones(count, dtype=np.int8), np.zeros(count, dtype=np.int8)))
+    sweep = np.lexsort((kinds, np.tile(index, 2), times, np.tile(thread, 2)))
+    is_start = kinds[sweep] == 0
+    ends_before = np.cumsum(kinds[sweep])[is_start]
+    starts_in_sweep = sweep[is_start] - count
+    depth = np.empty(count, dtype=np.int64)
+    depth[starts_in_sweep] = index[starts_in_sweep] - ends_before
+    key = depth * (count + 1) + index  # ops by (depth, position); the parent is the last key below (depth - 1, i)
+    ranked = np.sort(key)
+    found = np.searchsorted(ranked, (depth - 1) * (count + 1) + index) - 1
+    parent = np.where(depth > 0, ranked[np.maximum(found, 0)] % (count + 1), -1)
+    return depth, parent
 
 
 def union_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

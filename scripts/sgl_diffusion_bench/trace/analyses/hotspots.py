@@ -42,15 +42,18 @@ def analyze_cpu_ops(trace: Trace) -> list[dict]:
     """CPU ops by self time (their own time, nested ops' time taken out), largest first: each instant of host time
     counts under one name only, so the shares of all rows add up to 1. ``inclusive_us`` keeps the nested time (an
     op nested in one of its own name adds nothing to it)."""
+    import numpy as np
     ops = trace.cpu_ops
     own, recursive = op_nesting(ops)
-    count: dict[int, int] = {}
-    self_us: dict[int, float] = {}
-    inclusive: dict[int, float] = {}
-    for n, d, s, r in zip(ops.name, ops.dur, own, recursive, strict=True):
-        count[n] = count.get(n, 0) + 1
-        self_us[n] = self_us.get(n, 0.0) + s
-        inclusive[n] = inclusive.get(n, 0.0) + (0.0 if r else d)
+    names = np.asarray(ops.name, dtype=np.int64)
+    counts = np.bincount(names, minlength=len(trace.names))
+    present = np.flatnonzero(counts).tolist()
+    self_sums = np.bincount(names, weights=own, minlength=len(trace.names))
+    inclusive_sums = np.bincount(names, weights=np.where(recursive, 0.0, np.asarray(ops.dur, dtype=np.float64)),
+                                 minlength=len(trace.names))
+    count = dict(zip(present, counts[present].tolist(), strict=True))
+    self_us = dict(zip(present, self_sums[present].tolist(), strict=True))
+    inclusive = dict(zip(present, inclusive_sums[present].tolist(), strict=True))
     grand = sum(self_us.values())
     table = [{"name": trace.names[n], "count": c, "self_us": round(self_us[n], 3),
               "inclusive_us": round(inclusive[n], 3), "mean_self_us": round(self_us[n] / c, 3),
