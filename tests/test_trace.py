@@ -12,7 +12,7 @@ from sgl_diffusion_bench.trace.analyses.classify import classify_trace
 from sgl_diffusion_bench.trace.analyses.compare import compare_traces
 from sgl_diffusion_bench.trace.analyses.hotspots import analyze_kernels
 from sgl_diffusion_bench.trace.analyses.launches import analyze_launches
-from sgl_diffusion_bench.trace.analyses.ranks import analyze_ranks
+from sgl_diffusion_bench.trace.analyses.ranks import analyze_ranks, rank_figures
 from sgl_diffusion_bench.trace.analyses.stages import analyze_stages
 from sgl_diffusion_bench.trace.load import load_trace
 from sgl_diffusion_bench.trace.model import union_us
@@ -151,7 +151,7 @@ def test_unfused_qknorm_rope_chain_is_recognised_in_the_diffusers_trace(traces):
 def test_two_ranks_separate_nccl_and_show_skew(traces):
     paths = [TP2 / f"flux-tp2-graph-2_steps-full_stages-global-rank{r}.trace.json.gz" for r in (0, 1)]
     loaded = [traces(p) for p in paths]
-    result = analyze_ranks(loaded, [analyze_stages(t) for t in loaded])
+    result = analyze_ranks([rank_figures(t) for t in loaded], [analyze_stages(t) for t in loaded])
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
     for rank in result["ranks"]:
         assert rank["communication"]["kernels"] == 304

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES, run_main
+from sgl_diffusion_bench.trace import summary
 
 H200 = TEST_FIXTURES / "traces-h200"
 TP2 = TEST_FIXTURES / "traces-h200-tp2"
@@ -42,6 +43,20 @@ def test_two_traces_are_analysed_as_ranks():
     assert doc["schema"] == "trace-ranks.v1" and [t["trace"]["rank"] for t in doc["traces"]] == [0, 1]
     assert all(r["communication"]["kernels"] == 304 for r in doc["ranks"])
     assert doc["skew"]["compute_total_us"]["spread_us"] >= 0 and len(doc["per_step"]) == 2
+
+
+def test_ranks_read_in_worker_processes_give_what_one_by_one_gives():
+    paths = [str(TP2 / f"flux-tp2-eager-2_steps-full_stages-global-rank{r}.trace.json.gz") for r in (0, 1)]
+    assert summary.rank_summaries(paths) == [summary.rank_summary(p) for p in paths]
+
+
+def test_a_damaged_rank_among_several_is_named_in_its_error(tmp_path):
+    damaged = tmp_path / "rank1.trace.json.gz"
+    damaged.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "na')[:-12])
+    run = run_main("analyze_trace", "hotspots", str(TP2 / "flux-tp2-eager-2_steps-full_stages-global-rank0"
+                                                         ".trace.json.gz"), str(damaged), "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "input.trace_truncated", run.document
+    assert str(damaged) in run.document["error"]["message"] and run.document["error"]["hint"]
 
 
 def test_compare_writes_markdown_and_json(tmp_path):

@@ -60,6 +60,9 @@ class ToolError(Exception):
         if exit_code is not None:
             self.exit_code = exit_code
 
+    def __reduce__(self):  # crosses a process boundary whole (a per-rank trace worker raises it in the parent)
+        return type(self), (self.code, self.message, self.hint), self.__dict__
+
 
 class UsageError(ToolError):
     exit_code = ExitCode.USAGE

@@ -7,14 +7,14 @@ import gzip
 import tempfile
 from pathlib import Path
 
-from .. import contract, fast_paths, selftest
+from .. import contract, fast_paths, progress, selftest
 from ..trace.analyses.classify import classify_trace
 from ..trace.analyses.compare import compare_traces
 from ..trace.analyses.ranks import analyze_ranks
 from ..trace.load import load_trace
 from ..campaign.profile_compare import profile_table
 from ..trace.render import render_classify_text, render_hotspots_text
-from ..trace.summary import bounded, hotspots_body, trace_info
+from ..trace.summary import bounded, hotspots_body, rank_summaries, trace_info
 from . import _runner
 
 TOOL = "analyze_trace"
@@ -66,14 +66,16 @@ def _positive(value: int, flag: str) -> int:
 
 
 def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
-    traces = [load_trace(p) for p in paths]
-    bodies = [hotspots_body(t, None) for t in traces]
-    if len(traces) == 1:
-        full = contract.envelope("trace-hotspots.v1", TOOL, output=output, **bodies[0])
-        doc = contract.envelope("trace-hotspots.v1", TOOL, output=output, **bounded(bodies[0], top))
+    if len(paths) == 1:
+        body = hotspots_body(load_trace(paths[0]), None)
+        full = contract.envelope("trace-hotspots.v1", TOOL, output=output, **body)
+        doc = contract.envelope("trace-hotspots.v1", TOOL, output=output, **bounded(body, top))
         text = render_hotspots_text(doc)
     else:
-        ranks = analyze_ranks(traces, bodies)
+        with progress.phase(f"reading {len(paths)} traces", "one process per trace, up to the host's cores"):
+            summaries = rank_summaries(paths)
+        bodies = [body for body, _ in summaries]
+        ranks = analyze_ranks([figures for _, figures in summaries], bodies)
         full = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=bodies, **ranks)
         doc = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=[bounded(b, top) for b in bodies],
                                 **ranks)

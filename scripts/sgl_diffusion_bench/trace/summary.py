@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
+from pathlib import Path
+
 from .analyses.hotspots import analyze_cpu_ops, analyze_kernels, analyze_memory_ops, cpu_op_totals, totals
 from .analyses.launches import analyze_launches
+from .analyses.ranks import rank_figures
 from .analyses.stages import analyze_stages
+from .load import load_trace
 from .model import Trace
 
 
@@ -44,3 +51,20 @@ def hotspots_body(trace: Trace, top: int | None) -> dict:
         "cpu_ops": cpu_ops[: (len(cpu_ops) if top is None else top)],
         "cpu_ops_total": cpu_op_totals(cpu_ops),
     }
+
+
+def rank_summary(path: str | Path) -> tuple[dict, dict]:
+    """One rank's hotspots body and its rank figures: all a several-rank report needs of its trace."""
+    trace = load_trace(path)
+    return hotspots_body(trace, None), rank_figures(trace)
+
+
+def rank_summaries(paths: list[str]) -> list[tuple[dict, dict]]:
+    """``rank_summary`` of each trace, one process per trace up to the host's cores: each process holds one trace at
+    a time, so memory is bounded per rank; results come back in ``paths`` order, and a trace's error is raised here."""
+    workers = min(len(paths), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if workers < 2:
+        return [rank_summary(p) for p in paths]
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(rank_summary, paths))

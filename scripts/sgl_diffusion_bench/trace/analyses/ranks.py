@@ -48,9 +48,8 @@ def _skew(values: dict[int, float | None]) -> dict | None:
             "min_rank": min(present, key=lambda r: (present[r], r))}
 
 
-def analyze_ranks(traces: list[Trace], stage_results: list[dict]) -> dict:
-    """Per-rank compute/communication figures and the spread across ranks (overall and per denoise step)."""
-    ranks = [rank_figures(t) for t in traces]
+def analyze_ranks(ranks: list[dict], stage_results: list[dict]) -> dict:
+    """The spread across ranks (overall and per denoise step) of each rank's ``rank_figures`` and step results."""
     keys = [r["rank"] if r["rank"] is not None else i for i, r in enumerate(ranks)]
     skew = {
         "compute_total_us": _skew({k: r["compute"]["total_us"] for k, r in zip(keys, ranks, strict=True)}),
