@@ -11,7 +11,11 @@ device time up to HTA's rounding of each event to whole microseconds.
 HTA lives in its own virtualenv outside the repo (see requirements/bench-trace.txt):
     python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install -r requirements/bench-trace.txt
     .venv/bin/python benchmarks/bench_trace_analysis.py --hta-python /tmp/hta-venv/bin/python
-Prints one JSON document on stdout; progress on stderr.
+With ``--ranks N`` the source is replicated into N rank files (``--copies`` replicas each, each with its own
+``distributedInfo.rank``) and both tools read the set: ours with one process per trace, HTA as it parses a folder;
+kernel totals are checked on the first rank. The floor is what no analysis can go under: reading, gunzipping and
+typed-decoding the same files (ours's own decoder), timed inside one process, one file after another; the document
+gives our whole-process time as a ratio to it. Prints one JSON document on stdout; progress on stderr.
 """
 
 from __future__ import annotations
@@ -45,7 +49,18 @@ print(json.dumps({"count": int(len(kernels)), "total_us": float(kernels["dur"].s
 """
 
 
-def build_large_trace(source: Path, copies: int, target: Path) -> dict:
+FLOOR_SCRIPT = """
+import sys, time
+from pathlib import Path
+from sgl_diffusion_bench.trace.load import decode_events, read_trace_bytes
+started = time.perf_counter()
+for name in sys.argv[1:]:
+    decode_events(read_trace_bytes(Path(name)), name)
+print(time.perf_counter() - started)
+"""
+
+
+def build_large_trace(source: Path, copies: int, target: Path, rank: int = 0, world_size: int = 1) -> dict:
     """Write ``copies`` time-shifted replicas of ``source``'s events as one uncompressed trace."""
     doc = json.loads(gzip.decompress(source.read_bytes()) if source.suffix == ".gz" else source.read_bytes())
     events = doc["traceEvents"]
@@ -73,7 +88,7 @@ def build_large_trace(source: Path, copies: int, target: Path) -> dict:
                 e["args"] = args
             out.append(e)
     doc["traceEvents"] = out
-    doc["distributedInfo"] = {"rank": 0, "world_size": 1}
+    doc["distributedInfo"] = {"rank": rank, "world_size": world_size}
     target.write_text(json.dumps(doc), encoding="utf-8")
     return {"source": str(source), "copies": copies, "events": len(out), "json_bytes": target.stat().st_size}
 
@@ -100,28 +115,43 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of our analyser (median reported)")
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
     parser.add_argument("--hta-repeat", type=int, default=1)
+    parser.add_argument("--ranks", type=int, default=1, help="rank files of --copies replicas each (default 1)")
+    parser.add_argument("--build-rank", type=int, default=0, help=argparse.SUPPRESS)  # internal, with --build-to
     args = parser.parse_args()
     if args.build_to:
-        print(json.dumps(build_large_trace(args.source, args.copies, args.build_to)))
+        print(json.dumps(build_large_trace(args.source, args.copies, args.build_to, args.build_rank, args.ranks)))
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="bench_trace_analysis_"))
     try:
         trace_dir = workdir / "trace"
         trace_dir.mkdir()
-        trace = trace_dir / "large-rank0.trace.json"
-        print(f"[bench] building {args.copies} replicas of {args.source.name} ...", file=sys.stderr)
-        built = json.loads(subprocess.run([sys.executable, __file__, "--source", str(args.source), "--copies",
-                                           str(args.copies), "--build-to", str(trace)], check=True,
-                                          capture_output=True, text=True).stdout)
+        traces = [trace_dir / f"large-rank{r}.trace.json" for r in range(args.ranks)]
+        files = []
+        for rank, trace in enumerate(traces):
+            print(f"[bench] building rank {rank}: {args.copies} replicas of {args.source.name} ...", file=sys.stderr)
+            files.append(json.loads(subprocess.run(
+                [sys.executable, __file__, "--source", str(args.source), "--copies", str(args.copies), "--ranks",
+                 str(args.ranks), "--build-rank", str(rank), "--build-to", str(trace)], check=True,
+                capture_output=True, text=True).stdout))
+        built = {"source": files[0]["source"], "copies": args.copies, "ranks": args.ranks,
+                 "events": sum(f["events"] for f in files), "json_bytes": sum(f["json_bytes"] for f in files)}
         print(f"[bench] {built['json_bytes'] / 1e6:.1f} MB, {built['events']:,} events", file=sys.stderr)
+        floors = []
+        for _ in range(args.repeat):
+            floors.append(float(subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, *map(str, traces)], check=True,
+                                               capture_output=True, text=True, cwd=REPO / "scripts").stdout))
+            print(f"[bench] floor (read + decode): {floors[-1]:.3f} s", file=sys.stderr)
         ours_runs = []
         for i in range(args.repeat):
             full = workdir / f"full-{i}.json"
-            run = run_measured([sys.executable, str(REPO / "scripts" / "analyze_trace.py"), "hotspots", str(trace),
-                                "--top", "10", "--output", str(full), "--json"])
+            run = run_measured([sys.executable, str(REPO / "scripts" / "analyze_trace.py"), "hotspots",
+                                *map(str, traces), "--top", "10", "--output", str(full), "--json"])
             doc = json.loads(run.pop("stdout"))
-            run["kernels"] = doc["kernels_total"]
-            run["per_name"] = {r["name"]: r["count"] for r in json.loads(full.read_text())["kernels"]}
+            first = doc if args.ranks == 1 else doc["traces"][0]
+            first_full = json.loads(full.read_text())
+            first_full = first_full if args.ranks == 1 else first_full["traces"][0]
+            run["kernels"] = first["kernels_total"]
+            run["per_name"] = {r["name"]: r["count"] for r in first_full["kernels"]}
             ours_runs.append(run)
             print(f"[bench] analyze_trace hotspots: {run['wall_s']} s, {run['peak_rss_mb']} MB", file=sys.stderr)
         hta_runs = []
@@ -134,8 +164,12 @@ def main() -> int:
         ours_wall = statistics.median(r["wall_s"] for r in ours_runs)
         hta_wall = statistics.median(r["wall_s"] for r in hta_runs)
         count = ours["kernels"]["count"]
+        floor = statistics.median(floors)
         result = {
             "trace": built,
+            "floor": {"wall_s": [round(f, 3) for f in floors], "median_s": round(floor, 3),
+                      "what": "read + gunzip + typed decode of the same files, in one process, one after another"},
+            "ratio_to_floor": round(ours_wall / floor, 2) if floor else None,
             "analyze_trace": {"wall_s": [r["wall_s"] for r in ours_runs], "median_wall_s": ours_wall,
                               "peak_rss_mb": max(r["peak_rss_mb"] for r in ours_runs),
                               "kernel_count": count, "kernel_total_us": ours["kernels"]["total_us"]},
