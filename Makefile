@@ -29,15 +29,15 @@ demo: setup
 
 # The whole suite: the tests that need no engine, then the real-engine tests, each lane on both cores. An engine run on
 # the tiny model is mostly a single-threaded import of sglang (its worker forks from it on CPU), so two at a time nearly
-# halve the lane; the runner flags cells that ran on a busy host instead of failing them. --dist loadgroup keeps each
-# xdist_group (tests reading one expensive module fixture) on one worker, so that fixture runs once.
+# halve the lane; the runner flags cells that ran on a busy host instead of failing them. --dist loadfile keeps a test
+# file on one worker, so a module fixture that runs the engine (the evidence folder, the local sweep) runs once.
 test: setup
 	$(PY) -m pytest -q -n 2 -m "not engine" --durations=15
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m engine --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile -m engine --durations=15
 
 # The tests that run the real engine, against the release ENGINE selects.
 test-engine: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m engine
+	$(PY) -m pytest -q -n 2 --dist loadfile -m engine
 
 selftest: setup
 	for s in scripts/*.py; do $(PY) $$s --self-test || exit 1; done

@@ -19,8 +19,7 @@ import pytest
 
 from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS, assert_announced_and_summarised, run_script
 
-# One worker runs the module (make test: --dist loadgroup), so the evidence run behind `folder` runs once.
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("evidence_engine")]
+pytestmark = pytest.mark.engine
 
 # --engine-overlap early: both engines launch together, sized by the weights on disk (auto does so on a GPU only)
 REQUEST = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info", "--budget-requests", "8",

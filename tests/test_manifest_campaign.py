@@ -36,7 +36,6 @@ def manifest_run(tmp_path_factory):
 
 
 @pytest.mark.engine
-@pytest.mark.xdist_group("manifest_run")  # one worker, one campaign behind every test
 def test_every_slot_sends_the_manifest_in_file_order_on_one_engine(manifest_run):
     doc = manifest_run.document
     cells = doc["cells"]
@@ -56,7 +55,6 @@ def test_every_slot_sends_the_manifest_in_file_order_on_one_engine(manifest_run)
 
 
 @pytest.mark.engine
-@pytest.mark.xdist_group("manifest_run")  # one worker, one campaign behind every test
 def test_each_cell_ran_its_requests_shape_and_fields(manifest_run):
     from PIL import Image
 
@@ -79,7 +77,6 @@ def test_each_cell_ran_its_requests_shape_and_fields(manifest_run):
 
 
 @pytest.mark.engine
-@pytest.mark.xdist_group("manifest_run")  # one worker, one campaign behind every test
 def test_outputs_are_checked_per_request_the_same_bytes_in_both_arms(manifest_run):
     doc = manifest_run.document
     checks = doc["summary"]["output_quality"]["checks"]
@@ -93,7 +90,6 @@ def test_outputs_are_checked_per_request_the_same_bytes_in_both_arms(manifest_ru
 
 
 @pytest.mark.engine
-@pytest.mark.xdist_group("manifest_run")  # one worker, one campaign behind every test
 def test_each_request_has_its_own_change_interval_and_verdict_by_the_campaigns_rule(manifest_run):
     doc = manifest_run.document
     comparison = doc["summary"]["comparison"]
@@ -115,7 +111,6 @@ def test_each_request_has_its_own_change_interval_and_verdict_by_the_campaigns_r
 
 
 @pytest.mark.engine
-@pytest.mark.xdist_group("manifest_run")  # one worker, one campaign behind every test
 def test_the_report_has_the_shapes_faster_slower_table(manifest_run):
     doc = manifest_run.document
     markdown = Path(doc["artifacts"]["report_md"]).read_text()

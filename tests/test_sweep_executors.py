@@ -23,8 +23,7 @@ from conftest import SCRIPTS, assert_announced_and_summarised, run_script
 from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.engine import tiny_model
 
-# One worker runs the module (make test: --dist loadgroup): Slurm and Ray compare with the one local sweep.
-pytestmark = [pytest.mark.engine, pytest.mark.torch, pytest.mark.xdist_group("sweep_executors")]
+pytestmark = [pytest.mark.engine, pytest.mark.torch]
 
 SPEC = {"schema": "sweep-spec.v1", "name": "tiny4", "presets": {"names": ["tiny-flux-cpu"]},
         "campaign": {"mode": "single"}, "overrides": [{"seed": 1}, {"seed": 2}], "repeats": 2}
