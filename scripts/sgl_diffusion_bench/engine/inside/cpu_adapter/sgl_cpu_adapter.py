@@ -24,8 +24,9 @@ DIFFUSION_BENCH_CPU_ADAPTER_DISABLE=b5,b6 or =all; sglang claims every SGL_* and
       its figures are process RSS, not device memory
   b6  point the Triton diffusion kernels at sglang's own pure-torch fallbacks, when the engine has no CPU fallback
 One patch fills no gap; it saves CPU time, on CPU only (a GPU forbids forking once CUDA is up):
-  fork  the scheduler worker forks from the CLI, which has already imported sglang, instead of spawning a fresh
-        interpreter that imports it again (about 40 % of an engine start's CPU time); the worker runs the same code
+  fork  in offline generation the scheduler worker forks from the CLI, which has already imported sglang, instead of
+        spawning a fresh interpreter that imports it again (about 40 % of an engine start's CPU time); the worker runs
+        the same code. A server (``sglang serve``) keeps spawning its workers.
 """
 
 from __future__ import annotations
@@ -257,24 +258,36 @@ def _patch_triton(module: Any) -> None:
                              "fallbacks")
 
 
-def _fork_workers(launch_server: Any, hooks: "_Hooks") -> None:
-    """The module starts its scheduler workers with ``mp.get_context("spawn")`` (and, with --webui only, its HTTP
-    server): its ``mp`` becomes multiprocessing with spawn read as fork."""
+def _fork_workers(module: Any, hooks: "_Hooks") -> None:
+    """``launch_server`` starts the scheduler workers with ``mp.get_context("spawn")``: for offline generation
+    (``sglang generate``, ``DiffGenerator``) its ``mp`` becomes multiprocessing with spawn read as fork. A server
+    (``sglang serve``) keeps spawning: its process runs an HTTP server and a scheduler client, nothing to fork."""
     import multiprocessing
     import types
-    if getattr(launch_server, "mp", None) is not multiprocessing:
+    launch = getattr(module, "launch_server", None)
+    if launch is None or getattr(module, "mp", None) is not multiprocessing:
         _report("fork", "not-needed", "this engine does not start its workers through launch_server's multiprocessing")
         return
 
     def get_context(method: str | None = None) -> Any:
-        if method == "spawn":
-            method = "fork"
-            if "fork" not in hooks.applied:
-                hooks.applied.add("fork")
-                _report("fork", "applied", "the scheduler worker forks from this process, which has imported "
-                                           "sglang, instead of spawning an interpreter that imports it again")
-        return multiprocessing.get_context(method)
-    launch_server.mp = types.SimpleNamespace(**{**vars(multiprocessing), "get_context": get_context})
+        return multiprocessing.get_context("fork" if method == "spawn" else method)
+    forking = types.SimpleNamespace(**{**vars(multiprocessing), "get_context": get_context})
+
+    def launch_server(server_args: Any, launch_http_server: bool = True) -> Any:
+        if launch_http_server:
+            _report("fork", "not-needed", "a server's workers spawn, as the engine does (only offline generation "
+                                          "forks them)")
+            return launch(server_args, launch_http_server)
+        if "fork" not in hooks.applied:
+            hooks.applied.add("fork")
+            _report("fork", "applied", "the scheduler worker forks from this process, which has imported sglang, "
+                                       "instead of spawning an interpreter that imports it again")
+        module.mp = forking  # read by the worker start when it runs: only this call forks
+        try:
+            return launch(server_args, launch_http_server=False)
+        finally:
+            module.mp = multiprocessing
+    module.launch_server = launch_server
     # A forked worker inherits the decision; it says so itself, so each process of the run is on record.
     os.register_at_fork(after_in_child=hooks.announce)
 
