@@ -280,12 +280,12 @@ def op_nesting(ops: Events) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
     count = len(ops)
     ts, dur = np.asarray(ops.ts, dtype=np.float64), np.asarray(ops.dur, dtype=np.float64)
-    order = np.lexsort((-dur, ts, np.asarray(ops.thread, dtype=np.int64)))  # stable: ties keep table order
-    start, length, thread = ts[order], dur[order], np.asarray(ops.thread, dtype=np.int64)[order]
+    threads = np.asarray(ops.thread, dtype=np.int64)
+    order = np.lexsort((-dur, ts, threads))  # stable: ties keep table order
+    start, length, thread = ts[order], dur[order], threads[order]
     name = np.asarray(ops.name, dtype=np.int64)[order]
-    end = start + length
-    cut_end, parent, depth = end, np.full(count, -1), np.zeros(count, dtype=np.int64)
-    for _ in range(count + 1):
+    end = cut_end = start + length
+    for _ in range(count + 1):  # one pass where nothing overruns, another per round of cuts; bounded regardless
         depth, parent = _depth_and_parent(start, cut_end, thread)
         new_end = end.copy()
         for level in range(1, int(depth.max(initial=0)) + 1):  # parents first: a cut passes down the chain
