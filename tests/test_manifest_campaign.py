@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, run_script
+from sgl_diffusion_bench import contract
 from sgl_diffusion_bench.campaign import design
 from sgl_diffusion_bench.results import request_verdicts, stats, terminal
 from sgl_diffusion_bench.judging.cell import Cell
@@ -159,6 +160,28 @@ def test_the_plan_sends_each_request_in_every_slot_with_its_own_run_id(tmp_path)
     assert [request_of(r) for r in runs[:6]] == [request_of(r) for r in runs[6:12]]  # B1 sends what A1 sent
     assert [next(t for t in r["argv"] if t.startswith("--width=")) for r in runs[:6]] == \
         [f"--width={line['width']}" for line in LINES]
+
+
+def _manifest(requests: int):
+    from sgl_diffusion_bench.engine import request_manifest
+
+    specs = tuple(request_manifest.RequestSpec(f"r{n}", "p", 64, 64, {}) for n in range(requests))
+    return request_manifest.Manifest(SAMPLE, "0" * 64, specs)
+
+
+def test_a_plan_past_the_cell_bound_is_refused_before_a_slot_is_built():
+    """A 10^5-line manifest in an A/A campaign is 400,000 cells: refused at once, naming the bound and the split."""
+    with pytest.raises(contract.UsageError) as refused:
+        design.plan("aa", rounds=1, manifest=_manifest(100_000))
+    assert refused.value.code == "usage.too_many_cells"
+    assert "400000 cells (4 positions x 1 rounds x 1 samples x 100000 manifest requests)" in refused.value.message
+    assert f"at most {design.MAX_CELLS}" in refused.value.message and "at most 2500 lines" in refused.value.hint
+    fits = design.plan("aa", rounds=1, manifest=_manifest(design.MAX_CELLS // 4))  # the bound itself plans
+    assert len(fits.slots) == design.MAX_CELLS
+    with pytest.raises(contract.UsageError, match="1 positions x 1 rounds x 10001 samples"):
+        design.plan("single", samples=design.MAX_CELLS + 1)
+    with pytest.raises(contract.UsageError, match="24 positions x 50 rounds x 10 samples"):
+        design.plan("matrix", rounds=50, samples=10, engine_qualities=["low", "medium", "high", "max", "x", "y"])
 
 
 def test_the_plan_orders_requests_within_each_position():

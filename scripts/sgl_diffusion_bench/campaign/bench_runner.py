@@ -72,7 +72,8 @@ class CampaignRunner:
         self._started_monotonic = time.monotonic()  # reset when the cells start (the time budget counts from there)
         self.report_path = ctx.report_path
         self._manifest_sizes: tuple[str, ...] | None = None  # a manifest's warm-up sizes, computed on first use
-        self.invocations = [self._build(slot, asset_filenames) for slot in self.plan.slots]
+        assets_dir = work_dirs.assets_dir()  # one lookup of the checkout, not one per cell
+        self.invocations = [self._build(slot, asset_filenames, assets_dir) for slot in self.plan.slots]
         self.cells = [_empty_cell(s, inv.argv, inv.perf_dump_path, None if s.request is None else
                                   manifest_campaign.cell_request(self._slot_preset(s), self.plan.manifest, s.request))
                       for s, inv in zip(self.plan.slots, self.invocations, strict=True)]
@@ -98,7 +99,8 @@ class CampaignRunner:
             manifest_campaign.request_preset(self.preset, self.plan.manifest, slot.request, self._warmup_sizes())
         return presets.customised([preset], fields, None)[0]
 
-    def _build(self, slot: design.Slot, asset_filenames: Mapping[str, str]) -> command_builder.Invocation:
+    def _build(self, slot: design.Slot, asset_filenames: Mapping[str, str],
+               assets_dir: Path) -> command_builder.Invocation:
         arm = self.plan.arms[slot.arm]
         _, arm_flags = design.arm_request_fields(arm.extra_args, presets.OVERRIDABLE_FIELDS)
         preset = self._slot_preset(slot)
@@ -116,7 +118,7 @@ class CampaignRunner:
             arm_flag_overrides=arm.flag_overrides, arm_options=arm.options)
         return command_builder.build_invocation(
             preset, options, self.engine, sglang_cli=self.ctx.cli_prefix,
-            output_root=self.settings.output_root, assets_dir=work_dirs.assets_dir(), caller_env=self.ctx.caller_env,
+            output_root=self.settings.output_root, assets_dir=assets_dir, caller_env=self.ctx.caller_env,
             model_path=self.ctx.model_path, asset_filenames=asset_filenames)
 
     def check_fresh(self) -> None:

@@ -28,6 +28,7 @@ from ..engine.request_manifest import Manifest
 MODES = ("single", "abba", "aa", "ab", "matrix")
 ABBA_POSITIONS = (("A", "A1"), ("B", "B1"), ("B", "B2"), ("A", "A2"))
 DEFAULT_ROUNDS = 2
+MAX_CELLS = 10_000  # a plan is built, checked and printed whole; more is days of engine time or a load test
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +146,21 @@ def _abba(a: Arm, b: Arm, rounds: int, start_index: int = 0, first_round: int = 
     return slots
 
 
+def _check_size(mode: str, positions: int, rounds: int, samples: int, requests: int) -> None:
+    """Refuse a plan past MAX_CELLS before one slot of it is built (a 10^5-line manifest times four positions)."""
+    cells = positions * rounds * samples * max(requests, 1)
+    if cells <= MAX_CELLS:
+        return
+    parts = [f"{positions} positions", f"{rounds} rounds", f"{samples} samples", f"{requests} manifest requests"]
+    fits = max(MAX_CELLS // (positions * rounds * samples), 1)
+    raise contract.UsageError(
+        "usage.too_many_cells", f"the {mode} campaign plans {cells} cells ({' x '.join(parts[:3 + bool(requests)])}); "
+        f"a campaign runs at most {MAX_CELLS}",
+        "use fewer --rounds or --samples" + (f", or split the manifest into files of at most {fits} lines, a campaign "
+                                             "each (bench_diffusion_serving.py sends a long manifest as load)"
+                                             if requests else ""))
+
+
 def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None, bcg: bool = False,
          arm_a_args: Sequence[str] = (), arm_b_args: Sequence[str] = (),
          arm_a_overrides: Sequence[str] = (), arm_b_overrides: Sequence[str] = (),
@@ -164,6 +180,9 @@ def plan(mode: str, *, rounds: int = DEFAULT_ROUNDS, quality: str | None = None,
         raise contract.UsageError("usage.arm_args_need_ab", "--arm-a-args/--arm-b-args and "
                                   "--arm-a-override-flag/--arm-b-override-flag only apply to --campaign ab",
                                   "add --campaign ab")
+    pairs = len(engine_qualities or ()) if mode == "matrix" else 1
+    _check_size(mode, 1 if mode == "single" else pairs * len(ABBA_POSITIONS), 1 if mode == "single" else rounds,
+                samples, n)
     if mode == "single":
         arm = Arm("run", None, "one run" + (" with BCG" if bcg else ""), quality=quality, bcg=bcg)
         return Campaign(mode, {arm.name: arm}, tuple(_block(arm.name, None, None, 0, samples, n)), 1, None, None,

@@ -169,18 +169,19 @@ def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Resul
         result, exit_code = Result(contract.error_document(err, tool)), int(err.exit_code)
         result.text = f"error [{err.code}]: {err.message}\nhint: {err.hint}"
     try:
-        contract.dumps(result.document)
+        text = _serialised(result.document)  # once: a plan of 10,000 runs takes seconds to write
     except (ValueError, TypeError) as exc:  # a non-finite or unserialisable value: still one valid document
         err = contract.ToolError("internal.unserialisable", f"the result could not be written as JSON: {exc}",
                                  f"this is a bug; re-run with {DEBUG_ENV}=1 and report it",
                                  exit_code=contract.ExitCode.INTERNAL)
         result, exit_code = Result(contract.error_document(err, tool), f"error [{err.code}]: {err.message}"), 70
+        text = _serialised(result.document)
     if as_json:
-        sys.stdout.write(_serialised(result.document) + "\n")
+        sys.stdout.write(text + "\n")
         sys.stdout.flush()
         _print_human(result.text if exit_code else None, sys.stderr)
     else:
-        _print_human(result.text if result.text is not None else _serialised(result.document),
+        _print_human(result.text if result.text is not None else text,
                      sys.stdout if exit_code == 0 else sys.stderr)
     _print_human(f"[{tool}] {result.summary}" if result.summary else None, sys.stderr)
     return exit_code
