@@ -8,16 +8,18 @@ real process with a timeout, so a regression fails instead of stalling the suite
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_main, run_script
+from conftest import REPO, TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import contract, inputs
 from sgl_diffusion_bench.judging import engine_baselines, perf_dump
 from sgl_diffusion_bench.results import perf_compare, stats
@@ -305,3 +307,18 @@ def test_bounded_gunzip_reads_what_gzip_reads_and_refuses_the_rest():
         with pytest.raises(contract.InputError) as caught:
             inputs.gunzip_bounded(broken, "x", "input.unreadable")
         assert "truncated or corrupt" in caught.value.message
+
+
+@pytest.mark.torch  # the request-manifest surfaces read through the installed engine's own parser
+def test_every_reader_refuses_a_sample_of_the_hostile_corpus_cleanly(monkeypatch):
+    """benchmarks/hostile_inputs.py's corpus, three hostile kinds on every surface plus every hostile flag: each a
+    clean refusal (no traceback, exit 70, hang, lie, leaked token or lost file); the whole corpus is the benchmark."""
+    spec = importlib.util.spec_from_file_location("hostile_inputs", REPO / "benchmarks" / "hostile_inputs.py")
+    hostile_inputs = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "hostile_inputs", hostile_inputs)  # its dataclasses look their module up
+    spec.loader.exec_module(hostile_inputs)
+    kinds = ["fifo", "proc_self_mem", "json_deep_object"]
+    rows = hostile_inputs.run_all(list(hostile_inputs.SURFACES), kinds, list(hostile_inputs.FLAG_CASES))
+    assert len(rows) == len(hostile_inputs.SURFACES) * len(kinds) + len(hostile_inputs.FLAG_CASES)
+    bad = [r for r in rows if r["outcome"] != "refused"]
+    assert not bad, bad

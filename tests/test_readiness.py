@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import run_script
 from sgl_diffusion_bench import presets
@@ -118,3 +120,30 @@ def test_a_malformed_hf_endpoint_is_a_clear_refusal_not_a_traceback(endpoint):
                      env={"HF_ENDPOINT": endpoint})
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.document["error"]["code"] == "config.bad_hf_endpoint"
+
+
+_ENDPOINTS = st.builds(lambda scheme, host, port, path: f"{scheme}{host}{port}{path}",
+                       st.sampled_from(["http://", "https://", "ftp://", "", "http:/"]),
+                       st.one_of(st.sampled_from(["127.0.0.1", "[::1]", "[::1", "", " a", "a\x00b", "user:pw@127.0.0.1",
+                                                  "a%00b", "\u00e9x"]), st.text(max_size=8)),
+                       st.sampled_from(["", ":1", ":x", ":99999", ":0", ":-1"]),
+                       st.one_of(st.sampled_from(["", "/", "/a b", "/?q=\r\n", "#frag"]), st.text(max_size=8)))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(endpoint=st.one_of(_ENDPOINTS, st.text(max_size=30)))
+def test_any_hf_endpoint_is_refused_up_front_or_asked_within_the_deadline(endpoint):
+    """Issue 44: HF_ENDPOINT of any text is either config.bad_hf_endpoint's reason (every command refuses it before
+    anything runs) or one the hub check asks within its deadline and answers reachable or not, with the reason;
+    'http://[::1]:x' and 'http://h/a b' reached urllib and ended in exit 70 before."""
+    from sgl_diffusion_bench import hf_settings
+
+    environ = {"HF_ENDPOINT": endpoint}
+    problem = hf_settings.endpoint_problem(environ)
+    if problem is not None or not endpoint:
+        assert problem is None or "HF_ENDPOINT" in problem
+        return
+    started = time.monotonic()
+    hub = readiness.hub_reachability(environ, 1.0)
+    assert time.monotonic() - started < 5
+    assert hub["checked"] and isinstance(hub["reachable"], bool) and (hub["reachable"] or hub["error"])

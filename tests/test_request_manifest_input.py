@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sgl_diffusion_bench import contract, work_dirs
 from sgl_diffusion_bench.engine import request_manifest
@@ -64,3 +66,33 @@ def test_serving_refuses_a_sampling_field_its_requests_cannot_carry_as_campaigns
                                                                                      "num_outputs_per_prompt": 2}})
     specs, _ = _load(tmp_path, fine + "\n")
     assert specs[0].payload()["guidance_scale"] == 3.5 and specs[0].payload()["n"] == 2
+
+
+_LINES = [json.dumps({"prompt": "a cat", "request_id": "ok", "width": 64, "height": 72, "seed": 3}),
+          '{"prompt": "a dog", "guidance_scale": NaN}', '{"prompt": "x", "width": 60}', '{"prompt": "\\ud800"}',
+          '{"prompt": "deep", "sampling_params": ' + "[" * 3000 + "]" * 3000 + "}", '{"prompt": "a\u2028b\x85c"}',
+          "[]", "{}", "null", '{"prompt": "p", "colour": "red"}', '{"prompt": "p", "seed": ' + "9" * 40 + "}",
+          '{"prompt": "p", "num_inference_steps": -2}', '{"prompt": "p", "width": true}', "", "   ",
+          '{"prompt": "p", "sampling_params": {"true_cfg_scale": 4}}', '{"prompt": 5}', '{"prompt": "p"',
+          "\ufeff{}"]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(lines=st.lists(st.one_of(st.sampled_from(_LINES), st.text(max_size=20)), max_size=8),
+       ending=st.sampled_from(["\n", "\r\n", "\r"]))
+def test_any_manifest_text_gives_requests_or_a_refusal_naming_a_line(tmp_path_factory, lines, ending):
+    """Issue 44: for any manifest text, the requests (each sized for the pipeline, finite, writable as JSON) or an
+    input.bad_manifest refusal whose line, when it names one, is a line of the file; nothing else escapes."""
+    path = tmp_path_factory.mktemp("manifest") / "requests.jsonl"
+    path.write_text(ending.join(lines) + ending, encoding="utf-8", errors="surrogatepass")
+    count = len(path.read_text(encoding="utf-8", errors="replace").splitlines()) + 1
+    try:
+        specs, digest = request_manifest.load_manifest(path, PACKAGE_DIR, (64, 64))
+    except contract.InputError as exc:
+        assert exc.code == "input.bad_manifest"
+        assert exc.details.get("line") is None or 1 <= exc.details["line"] <= count
+        return
+    assert len(digest) == 64 and len(specs) <= count
+    for spec in specs:
+        assert spec.width % 8 == 0 and spec.height % 8 == 0 and 1 <= spec.line <= count
+        json.dumps(spec.to_json(), allow_nan=False).encode("utf-8")

@@ -35,12 +35,22 @@ def open_regular_fd(path: str | Path) -> tuple[int, os.stat_result]:
 
 
 def sha256_file(path: str | Path) -> str:
-    """The regular file's sha256, read in 1 MiB chunks."""
+    """The regular file's sha256, read in 1 MiB chunks. Raises OSError, also for a regular file that refuses reads
+    (/proc/self/mem): a caller hashing a folder it did not just write decides what an unreadable file means."""
     digest = hashlib.sha256()
     with os.fdopen(open_regular_fd(path)[0], "rb") as handle:
         for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_file_or_none(path: str | Path) -> str | None:
+    """The file's sha256, or None when it is missing, not a regular file or cannot be read: for checking a folder
+    whose files anyone may have replaced, where an unreadable file is as good as an altered one."""
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
 
 
 def sha256_bytes(data: bytes) -> str:

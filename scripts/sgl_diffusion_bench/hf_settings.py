@@ -69,9 +69,11 @@ def endpoint_problem(environ: Mapping[str, str] | None = None) -> str | None:
     value = (os.environ if environ is None else environ).get("HF_ENDPOINT")
     if not value:
         return None
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return f"HF_ENDPOINT={value!r} holds a space or control character, which no URL may carry"
     try:
         parts = urllib.parse.urlsplit(value)
-        host = parts.hostname
+        host, _ = parts.hostname, parts.port  # the port is parsed here: 'x' or 99999 raise ValueError
     except ValueError as exc:
         return f"HF_ENDPOINT={value!r} is not a URL ({exc})"
     if parts.scheme not in ("http", "https") or not host:

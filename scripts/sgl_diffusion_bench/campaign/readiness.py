@@ -23,6 +23,7 @@ def hub_reachability(environ: Mapping[str, str], timeout_s: float = DEFAULT_HUB_
     """Ask the hub endpoint (HF_ENDPOINT, else huggingface_hub's default) within ``timeout_s`` in all (a server
     that trickles its answer is cut off too); any HTTP answer, even an error status, means it is reachable.
     Offline settings are reported, not overridden."""
+    import http.client
     import urllib.error
     import urllib.request  # with http.client and ssl, ~30 ms: only this check needs them
 
@@ -42,7 +43,7 @@ def hub_reachability(environ: Mapping[str, str], timeout_s: float = DEFAULT_HUB_
         error = None
     except urllib.error.HTTPError:
         error = None  # the server answered
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL, BadStatusLine
         error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
     return {"endpoint": endpoint, "reachable": error is None, "checked": True,
             "latency_ms": round((time.monotonic() - start) * 1000, 1), "error": error}

@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import contract, work_dirs
+from .. import contract, inputs, work_dirs
 from . import engine_python
 
 MANIFEST_SOURCE = "multimodal_gen/benchmarks/request_manifest.py"
 # Fields of the engine's manifest that a text-to-image HTTP request carries (the OpenAI-style image API's names).
 PAYLOAD_FIELDS = ("seed", "negative_prompt", "guidance_scale", "num_inference_steps", "num_outputs_per_prompt")
+MAX_MANIFEST_BYTES = 64 << 20  # 10^5 requests of a few hundred bytes each is 30 MB; serving reads it in seconds
 SIZE_MULTIPLE = 8  # the VAE's scale factor of every FLUX-like model: other sizes are refused by the pipeline
 # The sampling fields a campaign request carries: each is the preset's request field of that name, which the command
 # builder passes as the engine's own flag (--seed, --negative-prompt, ...): a request runs as `sglang generate` would.
@@ -114,6 +115,9 @@ def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int],
         raise contract.InputError("input.bad_manifest", f"--requests-file {path}: no such file",
                                   "give a JSONL request manifest (scripts/sgl_diffusion_bench/data/"
                                   "sample_requests.jsonl is one)")
+    # Our bounded reader first (a regular file that reads, within the size bound, UTF-8), then the engine's parser.
+    inputs.decode_text(inputs.read_bytes(path, "input.bad_manifest", gunzip=False, max_bytes=MAX_MANIFEST_BYTES),
+                       f"--requests-file {path}", "input.bad_manifest")
     try:
         loaded = _engine_loader(package_dir)(path)
     except (ValueError, RecursionError) as exc:  # RecursionError: a line nested deeper than json can parse

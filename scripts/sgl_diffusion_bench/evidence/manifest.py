@@ -71,7 +71,7 @@ def stale_files(root: Path, records: Iterable[Mapping[str, Any]]) -> list[str]:
     stale = []
     for rec in records:
         path = root / rec["path"]
-        if not path.is_file() or fileio.sha256_file(path) != rec["sha256"]:
+        if fileio.sha256_file_or_none(path) != rec["sha256"]:
             stale.append(rec["path"])
     return stale
 

@@ -55,9 +55,9 @@ class Verifier:
             if not path.is_file():
                 self.add(rec["path"], "missing", f"a file of {rec['bytes']} bytes, sha256 {rec['sha256']}", "no file")
                 continue
-            found = fileio.sha256_file(path)
+            found = fileio.sha256_file_or_none(path)
             if found != rec["sha256"]:
-                self.add(rec["path"], "hash", rec["sha256"], found)
+                self.add(rec["path"], "hash", rec["sha256"], found or "a file that cannot be read")
         recorded = manifest.recorded_paths(doc) | STATE_FILES
         for path in sorted(p for p in self.root.rglob("*") if p.is_symlink() or not p.is_dir()):  # FIFOs too
             rel = self.rel(path)

@@ -111,7 +111,7 @@ def shard_status(folder: Path, shard_id: str, expected_hash: str) -> dict[str, A
         result = shard_dir(folder, shard_id) / "result.json"
         if state.get("hash") != expected_hash:
             status, reason = "pending", "its settings changed since it ran (hash differs): it runs again"
-        elif not result.is_file() or "sha256:" + fileio.sha256_file(result) != state.get("result_sha256"):
+        elif "sha256:" + (fileio.sha256_file_or_none(result) or "unreadable") != state.get("result_sha256"):
             status, reason = "pending", "its result file is missing or altered: it runs again"
         elif (damage := load_result(folder, shard_id)[1]) is not None:
             status, reason = "failed", f"its result is not a valid bench report ({damage[:300]}): it runs again"
