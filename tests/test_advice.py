@@ -12,7 +12,7 @@ import pytest
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import advice, contract
 from sgl_diffusion_bench.campaign import sequential
-from sgl_diffusion_bench.results import report, stats
+from sgl_diffusion_bench.results import report, sample_size, stats
 from sgl_diffusion_bench.judging.cell import Cell
 from sgl_diffusion_bench.cli import bench, compare, evidence
 
@@ -55,7 +55,7 @@ def every_advice() -> list[dict]:
     found = []
     for cells in (_cells(0.5, rounds=1), _cells(0.5), _cells(40.0)):
         metric = stats.metric_change(cells, "A", "B", "e2e_ms")
-        found.append(stats.advice_for({**metric, "verdict": "insufficient_data"}))
+        found.append(sample_size.advice_for({**metric, "verdict": "insufficient_data"}))
     rule = sequential.StoppingRule(1.5, 8)
     for spread, cv in ((None, 1.0), (0.8, 1.0), (50.0, 1.0), (0.8, 40.0)):
         found.append(sequential.advice_for(rule, {"verdict": "insufficient_data", "cv_pct": cv,

@@ -22,7 +22,7 @@ import pytest
 from conftest import REPO, TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import contract, inputs
 from sgl_diffusion_bench.judging import engine_baselines, perf_dump
-from sgl_diffusion_bench.results import perf_compare, stats
+from sgl_diffusion_bench.results import perf_compare, sample_size
 
 LOG = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "log.txt"
 PERF = TEST_FIXTURES / "engine-cpu-0.5.23" / "native-ok" / "perf.json"
@@ -95,9 +95,9 @@ def test_a_vanishing_threshold_needs_samples_out_of_reach_not_a_division_by_zero
                    "--resamples", "100", "--json")
     assert run.returncode == 0 and _finite_numbers(run.document)
     floor = run.document["comparisons"][0]["statistics"]["metrics"]["e2e_ms"]["noise_floor"]
-    assert floor["samples_per_arm_needed"] == stats.MAX_SAMPLES_STATED + 1  # out of reach, not an overflow
+    assert floor["samples_per_arm_needed"] == sample_size.MAX_SAMPLES_STATED + 1  # out of reach, not an overflow
     markdown = perf_compare.render_markdown(run.document)
-    assert f"more than {stats.MAX_SAMPLES_STATED:,} samples per arm (out of reach)" in markdown
+    assert f"more than {sample_size.MAX_SAMPLES_STATED:,} samples per arm (out of reach)" in markdown
 
 
 def _timed_compare(tmp_path: Path, dump: dict[str, Any]) -> tuple[Any, float]:

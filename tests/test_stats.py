@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, TEST_FIXTURES
 from sgl_diffusion_bench import advice
 from sgl_diffusion_bench.judging import perf_dump
-from sgl_diffusion_bench.results import stats
+from sgl_diffusion_bench.results import distribution, sample_size, stats
 from sgl_diffusion_bench.judging.cell import Cell
 
 SEED = TEST_FIXTURES / "seed-pr-38591"
@@ -128,11 +128,11 @@ def test_invalid_cells_are_not_counted():
 
 
 def test_describe():
-    assert stats.describe([]) == {"n": 0, "mean": None, "median": None, "stdev": None, "cv_pct": None,
+    assert distribution.describe([]) == {"n": 0, "mean": None, "median": None, "stdev": None, "cv_pct": None,
                                   "min": None, "max": None}
-    one = stats.describe([5.0])
+    one = distribution.describe([5.0])
     assert one["stdev"] is None and one["cv_pct"] is None and one["mean"] == 5.0
-    d = stats.describe([1.0, 2.0, 3.0, 10.0])
+    d = distribution.describe([1.0, 2.0, 3.0, 10.0])
     assert d["median"] == 2.5 and d["stdev"] == pytest.approx(4.0824829) and d["cv_pct"] == pytest.approx(102.062, 1e-4)
 
 
@@ -173,13 +173,13 @@ def test_a_noisy_aa_campaign_still_reports_its_noise_floor_and_next_step():
     comparison = stats.summarize(cells, ["a", "a-again"], "a", "a-again")["comparison"]
     assert comparison["verdict"] == "insufficient_data"
     floor = comparison["metrics"]["e2e_ms"]["noise_floor"]
-    a = stats.describe([e2e[i] for i in (0, 3, 4, 7)])
+    a = distribution.describe([e2e[i] for i in (0, 3, 4, 7)])
     assert floor["baseline_cv_pct"] == pytest.approx(a["cv_pct"]) and floor["n_baseline"] == 4
     e2e_change = comparison["metrics"]["e2e_ms"]  # the one interval of the change, there whatever the verdict
     assert e2e_change["ci_low_pct"] < e2e_change["change_pct"] < e2e_change["ci_high_pct"]
     assert e2e_change["interval_reason"] is None and "change_ci_low_pct" not in floor
     # two-sample normal approximation: (z_.975 + z_.80) * sqrt(cv_a^2/n_a + cv_b^2/n_b)
-    cv_b = stats.describe([e2e[i] for i in (1, 2, 5, 6)])["cv_pct"]
+    cv_b = distribution.describe([e2e[i] for i in (1, 2, 5, 6)])["cv_pct"]
     z = 1.959964 + 0.841621
     assert floor["min_detectable_effect_pct"] == pytest.approx(z * (a["cv_pct"] ** 2 / 4 + cv_b ** 2 / 4) ** 0.5, 1e-4)
     needed = floor["samples_per_arm_needed"]
@@ -209,13 +209,13 @@ def test_next_step_gives_rounds_only_when_the_cli_accepts_them():
     near = stats.summarize(_spread_cells(1.2), ["A", "B"], "A", "B")["comparison"]
     floor = near["metrics"]["e2e_ms"]["noise_floor"]
     assert near["verdict"] == "no_significant_change" or near["next_step"] is not None
-    reachable = advice.render(stats.advice_for({**near["metrics"]["e2e_ms"], "verdict": "insufficient_data"}),
+    reachable = advice.render(sample_size.advice_for({**near["metrics"]["e2e_ms"], "verdict": "insufficient_data"}),
                               advice.BENCH)
     assert 2 <= floor["rounds_needed"] <= advice.MAX_ROUNDS
     assert reachable.startswith(f"re-run with --rounds {floor['rounds_needed']}: ")
     far = stats.summarize(_spread_cells(8.0), ["A", "B"], "A", "B")["comparison"]["metrics"]["e2e_ms"]
     assert far["noise_floor"]["rounds_needed"] > advice.MAX_ROUNDS
-    noisy = stats.advice_for({**far, "verdict": "insufficient_data"})
+    noisy = sample_size.advice_for({**far, "verdict": "insufficient_data"})
     assert noisy["action"] == "quiet_host" and noisy["rounds"] is None
     assert noisy["why"].startswith("this host is too noisy for a 1.5% threshold (CV 9.2%") and "--" not in noisy["why"]
 

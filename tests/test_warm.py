@@ -361,7 +361,7 @@ def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable
     --rounds 13955 (the CLI refuses above 50). Now: insufficient_data, and the advice is to quiet the host."""
     from sgl_diffusion_bench import advice
     from sgl_diffusion_bench.campaign import sequential
-    from sgl_diffusion_bench.results import stats
+    from sgl_diffusion_bench.results import sample_size
 
     def next_step(rule, final):
         return advice.render(sequential.advice_for(rule, final), advice.BENCH)
@@ -370,7 +370,7 @@ def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable
     cells = _round_cells([-40.0, 90.0, -60.0, 30.0], noise=(80.0, 0.0))
     final = sequential.look(rule, cells, "A", "B", 4)
     assert final["verdict"] == "insufficient_data" and final["stop"] == "budget"
-    assert final["cv_pct"] > stats.MAX_CV_PCT and final["reason"].startswith("unstable:")
+    assert final["cv_pct"] > sample_size.MAX_CV_PCT and final["reason"].startswith("unstable:")
     step = next_step(rule, final)
     assert step.startswith("this host is too noisy for a 1.5% threshold") and "--budget-rounds" not in step
     # a tight A/A passes every gate but the CV gate: 'equivalent' would be a claim the spread does not support
@@ -378,7 +378,7 @@ def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable
     assert gated["verdict"] == "insufficient_data" and gated["stop"] == "budget"
     # a quiet host whose rounds still straddle the band: advice is a budget the CLI accepts, at today's spread
     quiet = sequential.look(rule, _round_cells([-2.0, 0.5, -1.0, 1.0]), "A", "B", 4)
-    assert quiet["verdict"] == "insufficient_data" and quiet["cv_pct"] < stats.MAX_CV_PCT
+    assert quiet["verdict"] == "insufficient_data" and quiet["cv_pct"] < sample_size.MAX_CV_PCT
     needed = sequential.rounds_needed(rule, quiet["round_change_sd_pct"])
     assert needed is not None and 4 < needed <= advice.MAX_ROUNDS
     assert next_step(rule, quiet).startswith(f"re-run with --until-verdict --budget-rounds {needed}:")

@@ -6,8 +6,8 @@ Student-t interval whose spread is taken between rounds (clustered_change: each 
 means; pairing by round cancels slow drift). It stops when that interval excludes both -threshold and +threshold:
 entirely beyond one of them with every round agreeing ("improved"/"regressed"), or entirely between them
 ("no_significant_change": no change worth claiming); otherwise it runs another round, until the budget of rounds is
-spent ("insufficient_data": the data cannot tell). A look whose arms vary by more than stats.MAX_CV_PCT supports no
-verdict at all, as in the fixed-round rule.
+spent ("insufficient_data": the data cannot tell). A look whose arms vary by more than sample_size.MAX_CV_PCT
+supports no verdict at all, as in the fixed-round rule.
 
 Why not the bootstrap of ``stats``: with two cells per arm per round the percentile bootstrap's interval is too
 narrow (it cannot see the spread it never sampled), and looking after every round multiplies its chances of a false
@@ -26,7 +26,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from .. import advice, contract
-from ..results import stats
+from ..results import distribution, sample_size, stats
 from ..judging.cell import Cell
 
 DEFAULT_BUDGET_ROUNDS = 8
@@ -38,7 +38,7 @@ STOP_REASONS = ("verdict", "equivalent", "budget")
 class StoppingRule:
     threshold_pct: float
     budget_rounds: int
-    min_rounds: int = stats.DEFAULT_MIN_ROUNDS
+    min_rounds: int = sample_size.DEFAULT_MIN_ROUNDS
     overall_confidence: float = DEFAULT_OVERALL_CONFIDENCE
     metric: str = "e2e_ms"
 
@@ -63,7 +63,8 @@ class StoppingRule:
                 f"overall {self.overall_confidence * 100:g}%); stop with 'improved'/'regressed' when it lies entirely "
                 f"below -{self.threshold_pct:g}% / above +{self.threshold_pct:g}% and every round agrees, with "
                 f"'no_significant_change' only when it lies inside +/-{self.threshold_pct:g}%; 'insufficient_data' "
-                f"when either arm's CV exceeds {stats.MAX_CV_PCT:g}% or {self.budget_rounds} rounds are spent first")
+                f"when either arm's CV exceeds {sample_size.MAX_CV_PCT:g}% or {self.budget_rounds} rounds are spent "
+                "first")
 
 
 def round_changes(cells: Sequence[Cell], baseline: str, candidate: str, metric: str) -> list[float]:
@@ -90,8 +91,8 @@ def clustered_change(cells: Sequence[Cell], baseline: str, candidate: str, metri
     rounds = sorted({c.round for c in base if c.round is not None} & {c.round for c in cand if c.round is not None})
     if len(rounds) < 2:
         return None
-    b_mean = stats.safe_mean([c.metric(metric) for c in base])
-    c_mean = stats.safe_mean([c.metric(metric) for c in cand])
+    b_mean = distribution.safe_mean([c.metric(metric) for c in base])
+    c_mean = distribution.safe_mean([c.metric(metric) for c in cand])
     if not b_mean:
         return None
     ratio = c_mean / b_mean
@@ -105,7 +106,7 @@ def clustered_change(cells: Sequence[Cell], baseline: str, candidate: str, metri
     n = len(rounds)
     se = math.sqrt(n / (n - 1) * math.fsum(v * v for v in influence.values()))
     half = t_quantile(1 - (1 - confidence) / 2, n - 1) * se
-    return {"change_pct": stats.finite((ratio - 1) * 100, "the change"), "ci_low_pct": (ratio - half - 1) * 100,
+    return {"change_pct": distribution.finite((ratio - 1) * 100, "the change"), "ci_low_pct": (ratio - half - 1) * 100,
             "ci_high_pct": (ratio + half - 1) * 100, "rounds": n, "round_change_sd_pct": se * math.sqrt(n) * 100}
 
 
@@ -116,7 +117,7 @@ def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: st
 
     A verdict needs the data to support it: 'improved'/'regressed' when the interval lies beyond one threshold and
     every round agrees, 'no_significant_change' only when it lies inside the band; anything else, and any look whose
-    spread fails the CV gate (stats.MAX_CV_PCT, which more rounds do not cure), is 'insufficient_data'."""
+    spread fails the CV gate (sample_size.MAX_CV_PCT, which more rounds do not cure), is 'insufficient_data'."""
     changes = round_changes(cells, baseline, candidate, rule.metric)
     cv = stats.worst_cv_pct(cells, (baseline, candidate), rule.metric)
     t = rule.threshold_pct
@@ -127,8 +128,8 @@ def look(rule: StoppingRule, cells: Sequence[Cell], baseline: str, candidate: st
         mean, low, high = estimate["change_pct"], estimate["ci_low_pct"], estimate["ci_high_pct"]
         spread = estimate["round_change_sd_pct"]
         interval = f"{rule.look_confidence * 100:.4g}% interval [{low:+.3f}%, {high:+.3f}%]"
-        if cv is not None and cv > stats.MAX_CV_PCT:
-            reason = f"unstable: {rule.metric} varies by CV {cv:.1f}% (limit {stats.MAX_CV_PCT:g}%); {interval}"
+        if cv is not None and cv > sample_size.MAX_CV_PCT:
+            reason = f"unstable: {rule.metric} varies by CV {cv:.1f}% (limit {sample_size.MAX_CV_PCT:g}%); {interval}"
         elif high < -t and all(c < 0 for c in changes):
             verdict, stop, reason = "improved", "verdict", f"{interval} is below -{t:g}% and every round is faster"
         elif low > t and all(c > 0 for c in changes):
@@ -149,7 +150,8 @@ def rounds_needed(rule: StoppingRule, round_change_sd_pct: float) -> int | None:
     threshold. None when even advice.MAX_ROUNDS rounds would not."""
     for budget in range(max(rule.min_rounds, 2), advice.MAX_ROUNDS + 1):
         trial = dataclasses.replace(rule, budget_rounds=budget)
-        width = (t_quantile(1 - (1 - trial.look_confidence) / 2, budget - 1) + t_quantile(stats.POWER, budget - 1)) \
+        width = (t_quantile(1 - (1 - trial.look_confidence) / 2, budget - 1)
+                 + t_quantile(sample_size.POWER, budget - 1)) \
             * round_change_sd_pct / math.sqrt(budget)
         if width <= rule.threshold_pct:
             return budget
@@ -165,12 +167,12 @@ def advice_for(rule: StoppingRule, final: Mapping[str, Any]) -> dict[str, Any] |
     least = max(rule.min_rounds, 2)
     if spread is None:
         return advice.more_rounds("until_verdict", least, f"a verdict needs at least {least} complete rounds")
-    needed = None if cv is not None and cv > stats.MAX_CV_PCT else rounds_needed(rule, spread)
+    needed = None if cv is not None and cv > sample_size.MAX_CV_PCT else rounds_needed(rule, spread)
     if needed is None:
-        return advice.quiet_host("until_verdict", stats.too_noisy_advice(cv, rule.threshold_pct))
+        return advice.quiet_host("until_verdict", sample_size.too_noisy_advice(cv, rule.threshold_pct))
     return advice.more_rounds("until_verdict", needed, (
         f"at today's spread between rounds (sd {spread:.2f}% per round) that many rounds resolve a "
-        f"{rule.threshold_pct:g}% change with {stats.POWER * 100:g}% power"))
+        f"{rule.threshold_pct:g}% change with {sample_size.POWER * 100:g}% power"))
 
 
 def record(rule: StoppingRule, looks: Sequence[Mapping[str, Any]], rounds_run: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import contract, presets, selftest, work_dirs
 from ..engine import engine_probe, engine_python, gpu, request_manifest, tiny_model
 from ..campaign import request_setup
-from ..results import stats
+from ..results import sample_size, stats
 from ..serving import device_room, load, render, requests, run, server
 from . import _runner
 
@@ -147,7 +147,8 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
         duration_s=args.duration_s, rounds=args.rounds, warmup_requests=args.warmup_requests, slo_ms=args.slo_ms,
         seed=args.seed, ports={"A": args.port_a, "B": args.port_b}, startup_timeout_s=args.startup_timeout_s,
         output_dir=output_dir, use_cpu_adapter=not inventory.gpus, threshold_pct=args.threshold_pct,
-        resamples=stats.DEFAULT_RESAMPLES, confidence=stats.DEFAULT_CONFIDENCE, min_rounds=stats.DEFAULT_MIN_ROUNDS)
+        resamples=stats.DEFAULT_RESAMPLES, confidence=stats.DEFAULT_CONFIDENCE,
+        min_rounds=sample_size.DEFAULT_MIN_ROUNDS)
 
 
 def handle(args: argparse.Namespace) -> _runner.Result:

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import advice
 from ..judging import perf_dump
-from . import stats
+from . import distribution, sample_size, stats
 from ..judging.cell import Cell
 
 # Single-sample markers, as upstream compare_perf.py: e2e +-2 %; a stage moves when it changes by more than both
@@ -62,7 +62,7 @@ def _kind_of_stage(name: str) -> str:
 
 def _row(baseline: float | None, candidate: float | None, kind: str) -> dict[str, Any]:
     diff = None if baseline is None or candidate is None else candidate - baseline
-    pct = stats.relative_change_pct(baseline, candidate)
+    pct = distribution.relative_change_pct(baseline, candidate)
     status = None
     if diff is not None and kind == "e2e":
         status = "faster" if pct < -E2E_MARK_PCT else "slower" if pct > E2E_MARK_PCT else "same"
@@ -294,9 +294,9 @@ def render_noise_floor(metric: Mapping[str, Any]) -> list[str]:
 
 
 def _samples_phrase(floor: Mapping[str, Any]) -> str:
-    """How many samples a verdict needs, or that the count is out of reach (stats.MAX_SAMPLES_STATED)."""
-    if floor["samples_per_arm_needed"] > stats.MAX_SAMPLES_STATED:
-        return f"more than {stats.MAX_SAMPLES_STATED:,} samples per arm (out of reach)."
+    """How many samples a verdict needs, or that the count is out of reach (sample_size.MAX_SAMPLES_STATED)."""
+    if floor["samples_per_arm_needed"] > sample_size.MAX_SAMPLES_STATED:
+        return f"more than {sample_size.MAX_SAMPLES_STATED:,} samples per arm (out of reach)."
     return (f"{floor['samples_per_arm_needed']} samples per arm ({floor['more_samples_per_arm']} more, "
             f"{floor['rounds_needed']} A/B/B/A rounds).")
 

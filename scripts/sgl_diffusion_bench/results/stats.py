@@ -10,20 +10,19 @@ discarded.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import advice, contract, inputs
+from .. import advice
 from . import steady_state
+from .distribution import describe, out_of_range, relative_change_pct, safe_mean
+from .sample_size import DEFAULT_MIN_ROUNDS, MAX_CV_PCT, advice_for, noise_floor
 from ..judging.cell import Cell
 
 DEFAULT_THRESHOLD_PCT = 1.5
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 20260101
 DEFAULT_CONFIDENCE = 0.95
-DEFAULT_MIN_ROUNDS = 2
-MAX_CV_PCT = 10.0  # pyperf's instability line: a spread this wide drowns any change worth claiming
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin's cut for the modified z-score
 MAD_FLOOR_FRACTION = 0.001  # spreads under 0.1 % of the median are timer noise, not a scale to divide by
 METRICS = ("e2e_ms", "denoise_ms")
@@ -49,56 +48,6 @@ def used_cells(cells: Iterable[Cell], arm: str | None = None, steady: bool = Tru
     """Valid cells with a perf object; ``steady``: less each warm engine's first measured request (steady_state)."""
     apart = steady_state.excluded(cells := list(cells)) if steady else set()
     return [c for c in cells if c.valid and c.perf and (arm is None or c.arm == arm) and c.index not in apart]
-
-
-def out_of_range(what: str) -> contract.InputError:
-    """The refusal for figures whose statistics leave the floats: finite inputs, never an inf in a document."""
-    return contract.InputError(inputs.OUT_OF_RANGE, f"{what} is out of range of a float",
-                               f"figures must lie within +/-{inputs.MAX_FIGURE:g} (ms or MiB) and a baseline far "
-                               "enough from 0 for a relative change; pass the figures the engine measured")
-
-
-def finite(value: float, what: str) -> float:
-    """``value`` when it is a finite float, else the out_of_range refusal naming ``what``."""
-    if not math.isfinite(value):
-        raise out_of_range(what)
-    return value
-
-
-def safe_mean(values: Sequence[float]) -> float:
-    """fmean, which sums first (1.7e308 twice overflows fsum); on overflow the mean of the values divided by n,
-    which any finite values keep finite."""
-    try:
-        return statistics.fmean(values)
-    except OverflowError:
-        return math.fsum(v / len(values) for v in values)
-
-
-def describe(values: Sequence[float]) -> dict[str, Any]:
-    """n, mean, median, sample stdev, CV and range; None where the figure needs more values."""
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
-        return {"n": 0, "mean": None, "median": None, "stdev": None, "cv_pct": None, "min": None, "max": None}
-    if not all(map(math.isfinite, vals)):
-        raise out_of_range("a figure")
-    mean = safe_mean(vals)
-    try:
-        stdev = finite(statistics.stdev(vals), "the standard deviation") if len(vals) > 1 else None
-    except OverflowError:
-        raise out_of_range("the standard deviation") from None
-    return {"n": len(vals), "mean": mean, "median": finite(statistics.median(vals), "the median"), "stdev": stdev,
-            "cv_pct": finite(stdev / mean * 100, "the coefficient of variation") if stdev is not None and mean
-            else None, "min": min(vals), "max": max(vals)}
-
-
-def relative_change_pct(baseline: float | None, candidate: float | None) -> float | None:
-    """(candidate - baseline) / baseline in %; None without a baseline (or a 0 one), out_of_range past a float."""
-    if baseline is None or candidate is None or baseline == 0:
-        return None
-    try:
-        return finite((candidate - baseline) / baseline * 100, f"the change from {baseline:g} to {candidate:g}")
-    except OverflowError:
-        raise out_of_range(f"the change from {baseline:g} to {candidate:g}") from None
 
 
 def _metric(cell: Cell, metric: str) -> float | None:
@@ -198,86 +147,6 @@ def _bootstrap_interval(baseline: Sequence[Sequence[float]], candidate: Sequence
     tail = (1 - confidence) / 2 * 100
     low, high = (float(v) for v in np.percentile(changes, [tail, 100 - tail]))
     return low, high
-
-
-POWER = 0.80  # the chance to detect an effect of the smallest detectable size
-
-
-def _z(p: float) -> float:
-    return statistics.NormalDist().inv_cdf(p)
-
-
-def noise_floor(base: Sequence[float], cand: Sequence[float], *, threshold_pct: float, confidence: float,
-                cells_per_round: int) -> dict[str, Any]:
-    """What this many samples can resolve, given whatever was measured, even when no verdict is possible: each
-    arm's CV, the smallest effect detectable at ``confidence`` with POWER (two-sample normal approximation on the
-    CVs), and how many samples per arm (and A/B/B/A rounds) a ``threshold_pct`` verdict needs. The interval of the
-    change is the metric's own (ci_low_pct/ci_high_pct), never repeated here."""
-    cv_b, cv_c = describe(base)["cv_pct"], describe(cand)["cv_pct"]
-    result: dict[str, Any] = {"baseline_cv_pct": cv_b, "candidate_cv_pct": cv_c, "n_baseline": len(base),
-                              "n_candidate": len(cand), "min_detectable_effect_pct": None, "confidence": confidence,
-                              "power": POWER, "target_pct": threshold_pct, "samples_per_arm_needed": None,
-                              "more_samples_per_arm": None, "rounds_needed": None}
-    if cv_b is None or cv_c is None:
-        return result
-    z = _z(1 - (1 - confidence) / 2) + _z(POWER)
-    try:
-        mde = finite(z * ((cv_b ** 2 / len(base) + cv_c ** 2 / len(cand)) ** 0.5), "the smallest detectable effect")
-    except OverflowError:
-        raise out_of_range("the smallest detectable effect") from None
-    needed = _samples_needed(z, cv_b, cv_c, threshold_pct)
-    have = min(len(base), len(cand))
-    result.update(min_detectable_effect_pct=mde, samples_per_arm_needed=needed,
-                  more_samples_per_arm=None if needed is None else max(0, needed - have),
-                  rounds_needed=None if needed is None else max(DEFAULT_MIN_ROUNDS,
-                                                                math.ceil(needed / cells_per_round)))
-    return result
-
-
-MAX_SAMPLES_STATED = 10 ** 9  # a count past this is "out of reach", never a figure to act on
-
-
-def _samples_needed(z: float, cv_b: float, cv_c: float, threshold_pct: float) -> int | None:
-    """Samples per arm for a ``threshold_pct`` verdict at these CVs; capped at MAX_SAMPLES_STATED + 1 (a tiny
-    threshold would overflow the float) so every consumer reads it as out of reach."""
-    if threshold_pct <= 0:
-        return None
-    try:
-        wanted = z ** 2 * (cv_b ** 2 + cv_c ** 2) / threshold_pct ** 2
-    except (OverflowError, ZeroDivisionError):
-        wanted = math.inf
-    return math.ceil(wanted) if wanted <= MAX_SAMPLES_STATED else MAX_SAMPLES_STATED + 1
-
-
-def too_noisy_advice(cv_pct: float | None, threshold_pct: float) -> str:
-    """What to do when the spread fails the CV gate or no reachable sample count supports a verdict: make the host
-    quieter. More samples do not cure a spread this wide, and a larger threshold does not loosen the CV gate."""
-    spread = f"CV {cv_pct:.1f}%" if cv_pct is not None else "today's spread"
-    return (f"this host is too noisy for a {threshold_pct:g}% threshold ({spread}; a verdict needs a CV of at most "
-            f"{MAX_CV_PCT:g}% and enough samples within the {advice.MAX_ROUNDS} rounds a campaign may run): quiet the "
-            f"host or pin the engine to its own cores (stop other jobs and benchmarks, idle the GPU), then re-measure "
-            f"the noise floor with an A/A campaign of the same preset and compare again once its CV is under "
-            f"{MAX_CV_PCT:g}%")
-
-
-def advice_for(metric: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What to do when the data cannot support a verdict (advice.py), from the noise floor's figures. Never more
-    rounds than the CLI accepts (advice.MAX_ROUNDS): past that, or when the spread fails the CV gate (which more
-    rounds do not cure), the advice is to quiet the host, with no sample count."""
-    if metric["verdict"] != "insufficient_data":
-        return None
-    floor = metric.get("noise_floor") or {}
-    if floor.get("samples_per_arm_needed") is None:
-        return advice.more_rounds("fixed", DEFAULT_MIN_ROUNDS, "a verdict needs at least 2 valid cells per arm in "
-                                  f"at least {DEFAULT_MIN_ROUNDS} rounds")
-    cvs = [v for v in (floor["baseline_cv_pct"], floor["candidate_cv_pct"]) if v is not None]
-    worst = max(cvs) if cvs else None
-    if (worst is not None and worst > MAX_CV_PCT) or floor["rounds_needed"] > advice.MAX_ROUNDS:
-        return advice.quiet_host("fixed", too_noisy_advice(worst, floor["target_pct"]))
-    return advice.more_rounds("fixed", floor["rounds_needed"], (
-        f"{floor['samples_per_arm_needed']} samples per arm, {floor['more_samples_per_arm']} more than now, resolve "
-        f"a {floor['target_pct']:g}% change at {floor['confidence'] * 100:g}% confidence and "
-        f"{floor['power'] * 100:g}% power at today's spread"))
 
 
 def worst_cv_pct(cells: Sequence[Cell], arms: Sequence[str], metric: str) -> float | None:
