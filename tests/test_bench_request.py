@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from sgl_diffusion_bench import contract, presets
-from sgl_diffusion_bench.engine import engine_probe, model_access
+from sgl_diffusion_bench.engine import capabilities, model_access
 from sgl_diffusion_bench.campaign import bench_request
 from sgl_diffusion_bench.cli import bench
 from sgl_diffusion_bench.evidence import request, steps
@@ -26,7 +26,7 @@ def test_the_evidence_step_runs_what_its_reproduce_command_runs(tmp_path, monkey
                                        bcg=False, baseline_args="", candidate_args="--log-level info",
                                        threshold_pct=2.0, samples=2, budget_requests=16, model_cache_root=None),
                                 **changes})
-    caps = engine_probe.recent_engine_capabilities()
+    caps = capabilities.recent_engine_capabilities()
     root = tmp_path.resolve()
     ctx = steps.Context(root=root, request=evidence, preset=presets.customised(
         [presets.get_preset("tiny-flux-cpu")], ["num_inference_steps=2"], None)[0], caps=caps)
@@ -51,7 +51,7 @@ def test_the_request_is_frozen_and_an_until_verdict_campaign_plans_its_budget():
 
 
 def test_a_degraded_probe_refuses_the_matrix_and_a_gated_model_is_checked_once_per_preset(monkeypatch):
-    degraded = dataclasses.replace(engine_probe.recent_engine_capabilities(), quality_levels=(),
+    degraded = dataclasses.replace(capabilities.recent_engine_capabilities(), quality_levels=(),
                                    degraded={"reason": "no sglang", "missing_module": "sglang", "hint": "install it"})
     with pytest.raises(contract.PreconditionError) as refused:
         bench_request.plan_campaign(_cli_request("--model", "tiny-flux-cpu", "--quality-bcg-matrix"), degraded)
@@ -66,5 +66,5 @@ def test_a_degraded_probe_refuses_the_matrix_and_a_gated_model_is_checked_once_p
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HOME", "/nonexistent/hf")
     with pytest.raises(contract.PreconditionError) as gated:
-        bench_request.assemble(req, engine_probe.recent_engine_capabilities)
+        bench_request.assemble(req, capabilities.recent_engine_capabilities)
     assert gated.value.code == "hf.gated_no_token" and calls == ["flux"]

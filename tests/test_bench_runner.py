@@ -11,7 +11,7 @@ from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, TEST_FIXTURES, run_main
 from sgl_diffusion_bench import contract, fileio, presets
-from sgl_diffusion_bench.engine import engine_probe
+from sgl_diffusion_bench.engine import capabilities
 from sgl_diffusion_bench.campaign import campaign_context, design, run_record
 from sgl_diffusion_bench.judging import log_gates, log_markers, media, request_path
 
@@ -117,7 +117,7 @@ def test_reproduce_command_names_the_token_variable_never_its_value():
 
 
 def test_port_flags_only_where_the_engine_takes_them():
-    recent = engine_probe.recent_engine_capabilities()
+    recent = capabilities.recent_engine_capabilities()
     assert campaign_context.port_args_for(recent) == [] or all(recent.accepts_flag(f) for f in
                                                           campaign_context.port_args_for(recent)[::2])
 
@@ -148,7 +148,7 @@ def test_bad_campaigns_are_usage_errors(args, code):
 
 def test_bcg_campaign_on_the_installed_engine_is_refused_before_anything_runs(tmp_path):
     caps = tmp_path / "caps.json"
-    old = engine_probe.recent_engine_capabilities()
+    old = capabilities.recent_engine_capabilities()
     import dataclasses
     no_bcg = dataclasses.replace(old, version="0.5.10.post1", flags=old.flags - {"--enable-breakable-cuda-graph"})
     caps.write_text(contract.dumps(contract.envelope("engine.v1", "test", engine=no_bcg.to_json(), cache=None)))

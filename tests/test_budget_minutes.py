@@ -9,7 +9,7 @@ import time
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import contract, presets
-from sgl_diffusion_bench.engine import engine_probe
+from sgl_diffusion_bench.engine import capabilities
 from sgl_diffusion_bench.campaign import bench_runner, design, sequential
 from sgl_diffusion_bench.campaign.campaign_context import CampaignContext, CampaignSettings
 
@@ -18,7 +18,7 @@ def _runner(tmp_path, time_budget_s):
     settings = CampaignSettings(label="budget", output_root=tmp_path, time_budget_s=time_budget_s,
                                 stopping=sequential.StoppingRule(1.5, 4))
     ctx = CampaignContext.build(presets.get_preset("tiny-flux-cpu"), design.plan("abba", rounds=4), settings,
-                                engine_probe.recent_engine_capabilities(), model_path=str(tmp_path / "model"))
+                                capabilities.recent_engine_capabilities(), model_path=str(tmp_path / "model"))
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     recorded = json.loads((TEST_FIXTURES / "bench-report" / "example.json").read_text())["cells"]
     for cell, seen in zip(runner.cells, recorded, strict=False):  # the seed PR's two rounds, then two planned

@@ -16,10 +16,10 @@ import pytest
 from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
 from conftest import HF_TOKEN_CANARY, run_script
 from sgl_diffusion_bench import argv_tokens, assets, contract, presets
-from sgl_diffusion_bench.engine import engine_probe, engine_process, tiny_model
+from sgl_diffusion_bench.engine import capabilities, engine_probe, engine_process, tiny_model
 from sgl_diffusion_bench.engine import command_builder as cb
 
-RECENT = engine_probe.recent_engine_capabilities()
+RECENT = capabilities.recent_engine_capabilities()
 CLI = ("sglang", "generate")
 OUT = Path("/bench/out")
 ASSETS = Path("/bench/assets")
@@ -118,7 +118,7 @@ def test_argument_order_follows_the_reference():
 
 
 def test_installed_style_engine_uses_warmup_and_no_quality():
-    old = engine_probe.EngineCapabilities(
+    old = capabilities.EngineCapabilities(
         version="0.5.10.post1", package_dir="/x", method="static_source",
         flags=RECENT.flags - {"--warmup-mode", "--quality", "--enable-breakable-cuda-graph", "--performance-mode"}
         | {"--warmup"}, choices={}, profiler_dir_env=("SGLANG_TORCH_PROFILER_DIR",), profiler_dir_env_source="source")

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench.engine import engine_probe, engine_sources
+from sgl_diffusion_bench.engine import capabilities, engine_probe, engine_sources
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,7 @@ def test_installed_engine_is_0_5_10_post1_with_its_cli(installed_probe):
                     "--backend", "--output-file-name", "--profile"):
         assert caps.has_flag(present), present
     assert caps.choices["--backend"] == ("auto", "sglang", "diffusers")
-    assert caps.offload_flags == engine_probe.OFFLOAD_FLAGS
+    assert caps.offload_flags == capabilities.OFFLOAD_FLAGS
     assert caps.profiler_dir_env == ("SGLANG_TORCH_PROFILER_DIR",) and caps.profiler_dir_env_source == "source"
     assert caps.accepts_flag("--transformer-path") and not caps.accepts_flag("--quality")
     assert caps.dynamic_prefixes == ("--component-paths.",) and caps.dynamic_suffixes == ("-path",)
@@ -171,11 +171,11 @@ def test_cache_key_changes_with_source_mtime_and_version(tmp_path):
 
 
 def test_recent_capabilities_round_trip_and_describe_main():
-    caps = engine_probe.recent_engine_capabilities()
+    caps = capabilities.recent_engine_capabilities()
     assert caps.warmup_flag == "--warmup-mode" and caps.has_bcg
     assert set(caps.quality_values) >= {"lossless", "extra-high", "high"}
     assert caps.has_flag("--component-residency") and not caps.has_flag("--warmup")
-    assert engine_probe.EngineCapabilities.from_json(json.loads(json.dumps(caps.to_json()))) == caps
+    assert capabilities.EngineCapabilities.from_json(json.loads(json.dumps(caps.to_json()))) == caps
 
 
 def test_probe_cli_with_a_saved_capability_file(tmp_path):

@@ -155,10 +155,10 @@ def test_flags_both_arms_share_travel_with_bcg_into_every_step_and_leave_older_h
     assert request.EvidenceRequest.from_json(shared.to_json()) == shared
     assert request.differing_fields(shared.to_json(), _request(bcg=True, candidate_args="").to_json()) == [
         "common_args"]
-    from sgl_diffusion_bench.engine import engine_probe
+    from sgl_diffusion_bench.engine import capabilities
 
     ctx = steps.Context(root=tmp_path, request=shared, preset=presets.get_preset("tiny-flux-cpu"),
-                        caps=engine_probe.recent_engine_capabilities())
+                        caps=capabilities.recent_engine_capabilities())
     assert "--extra-args=--attention-backend torch_sdpa" in steps.campaign_command(ctx)
     assert steps.campaign_runner(ctx).settings.extra_args == ("--attention-backend", "torch_sdpa")
     for arm in profiling.ARMS:
@@ -173,11 +173,11 @@ def test_a_model_path_directory_makes_the_model_ready_without_the_hub(tmp_path):
     """On the H200 (offline, FLUX.1-dev given as --model-path) readiness refused the model as 'not cached': the
     directory is the model; one without model_index.json is not ready, and the hub is not asked either way."""
     from sgl_diffusion_bench import presets
-    from sgl_diffusion_bench.engine import engine_probe
+    from sgl_diffusion_bench.engine import capabilities
     from sgl_diffusion_bench.campaign import readiness
 
     preset = presets.get_preset("flux-1gpu")
-    caps = engine_probe.recent_engine_capabilities()
+    caps = capabilities.recent_engine_capabilities()
     offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     empty = tmp_path / "FLUX.1-dev"
     empty.mkdir()

@@ -130,7 +130,7 @@ def test_a_cleanup_killed_midway_leaves_its_started_line_and_finishes_on_rerun(t
 
 
 def test_a_campaign_checks_its_ledger_and_claims_its_label_before_anything_runs(tmp_path):
-    from sgl_diffusion_bench.engine import engine_probe
+    from sgl_diffusion_bench.engine import capabilities
     from sgl_diffusion_bench.campaign import bench_request
     from sgl_diffusion_bench.cli import bench
 
@@ -139,7 +139,7 @@ def test_a_campaign_checks_its_ledger_and_claims_its_label_before_anything_runs(
             "--model", "tiny-flux-cpu", "--label", "c", "--output-dir", str(tmp_path / "out"),
             "--engine-capabilities", "recent", "--model-cache-root", str(tmp_path / "cache"),
             "--cleanup-model-cache", "--cleanup-ledger", str(ledger)])
-        return bench_request.assemble(bench.request_from(args), engine_probe.recent_engine_capabilities)
+        return bench_request.assemble(bench.request_from(args), capabilities.recent_engine_capabilities)
 
     (tmp_path / "a-directory").mkdir()
     with pytest.raises(contract.PreconditionError) as info:

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from sgl_diffusion_bench import contract, presets
-from sgl_diffusion_bench.engine import command_builder, engine_probe, engine_process, gpu
+from sgl_diffusion_bench.engine import capabilities, command_builder, engine_process, gpu
 from sgl_diffusion_bench.campaign import request_setup
 from sgl_diffusion_bench.judging import log_markers
 from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
-RECENT = engine_probe.recent_engine_capabilities()
+RECENT = capabilities.recent_engine_capabilities()
 MARKERS = log_markers.markers_for_version(RECENT.version)
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench import contract, fileio, presets
-from sgl_diffusion_bench.engine import engine_probe
+from sgl_diffusion_bench.engine import capabilities
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
 from sgl_diffusion_bench.judging import log_gates, log_markers, quality, request_path, validity
 from sgl_diffusion_bench.results import report, stats
@@ -189,7 +189,7 @@ def test_an_invalid_row_shows_no_figure_in_the_evidence_table():
 def test_the_runner_report_judges_outputs_before_statistics(tmp_path):
     """The wired runner: a campaign whose BCG cell wrote other bytes reports outputs_differ, never improved."""
     preset = presets.get_preset("tiny-flux-cpu")
-    caps = engine_probe.recent_engine_capabilities()
+    caps = capabilities.recent_engine_capabilities()
     settings = campaign_context.CampaignSettings(label="identity", output_root=tmp_path, primary_metric="denoise_ms")
     ctx = campaign_context.CampaignContext.build(preset, design.plan("abba", rounds=2), settings, caps,
                                                  model_path=str(tmp_path / "model"))

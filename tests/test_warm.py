@@ -461,10 +461,10 @@ def test_the_replay_sequence_on_the_real_engine_without_bcg(tmp_path):
 
 def test_warm_is_the_default_runs_cold_where_it_cannot_and_is_refused_there_when_asked():
     from sgl_diffusion_bench import contract
-    from sgl_diffusion_bench.engine import engine_probe
+    from sgl_diffusion_bench.engine import capabilities
     from sgl_diffusion_bench.campaign import engine_mode
 
-    recent = engine_probe.recent_engine_capabilities()
+    recent = capabilities.recent_engine_capabilities()
     plain, profiled = [_request(1)], [[*_request(1), "--profile"], _request(2)]
     assert engine_mode.choose(None, recent, plain) == {"asked": None, "mode": "warm", "reason": "the default (warm)"}
     assert engine_mode.choose("warm", recent, plain) == {"asked": "warm", "mode": "warm", "reason": "--engine warm"}

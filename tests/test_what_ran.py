@@ -10,7 +10,7 @@ import pytest
 
 from conftest import TEST_FIXTURES, run_main, run_script
 from sgl_diffusion_bench import contract, presets
-from sgl_diffusion_bench.engine import engine_probe
+from sgl_diffusion_bench.engine import capabilities
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design, request_setup, run_record
 from sgl_diffusion_bench.judging import engine_args, log_gates, log_markers
 from sgl_diffusion_bench.results import report
@@ -82,7 +82,7 @@ def test_ab_arm_with_bcg_flags_is_gated_as_bcg(tmp_path):
     plan = design.plan("ab", rounds=1, arm_b_args=["--enable-breakable-cuda-graph"])
     ctx = campaign_context.CampaignContext.build(
         preset, plan, campaign_context.CampaignSettings(label="ab", output_root=tmp_path),
-        engine_probe.recent_engine_capabilities(), model_path=str(tmp_path / "m"), caller_env={})
+        capabilities.recent_engine_capabilities(), model_path=str(tmp_path / "m"), caller_env={})
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     arms = run_record.arms_as_run(plan, runner.invocations)
     assert arms["b"]["bcg"] is True and arms["a"]["bcg"] is False
@@ -241,7 +241,7 @@ def test_bcg_replay_engines_carry_the_overrides_and_extra_args(tmp_path):
 
     model = str(tmp_path / "FLUX.1-dev")
     preset = presets.customised([presets.get_preset("flux-1gpu")], ["num_inference_steps=8"], model)[0]
-    replay = bcg_replay.Replay(preset, engine_probe.recent_engine_capabilities(), label="r", output_root=tmp_path,
+    replay = bcg_replay.Replay(preset, capabilities.recent_engine_capabilities(), label="r", output_root=tmp_path,
                                cli_prefix=["sglang", "generate"], python="python3",
                                engine_env=request_setup.EngineEnv.of({}, use_cpu_adapter=False), model_path=model,
                                bcg=True, timeout_s=10, extra_args=("--attention-backend", "torch_sdpa"))

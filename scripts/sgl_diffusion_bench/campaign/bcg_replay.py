@@ -23,7 +23,7 @@ from .. import argv_tokens, contract, fileio
 from ..engine import command_builder, engine_process, gpu, warm_engine
 from . import campaign_context, request_setup
 from ..judging import engine_args, log_gates, log_markers
-from ..engine.engine_probe import EngineCapabilities
+from ..engine.capabilities import EngineCapabilities
 from ..presets import Preset
 
 SCHEMA = "bcg-replay.v1"

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .. import assets, contract, work_dirs
 from ..engine import gpu, model_access, request_manifest, tiny_model
 from . import bench_runner, campaign_context, design, readiness
-from ..engine.engine_probe import EngineCapabilities
+from ..engine.capabilities import EngineCapabilities
 from ..presets import Preset
 
 

@@ -18,7 +18,7 @@ from .. import contract, model_cache
 from ..engine import engine_process
 from . import design, request_setup, sequential
 from ..judging import log_markers
-from ..engine.engine_probe import EngineCapabilities
+from ..engine.capabilities import EngineCapabilities
 from ..presets import Preset
 
 DEFAULT_CELL_TIMEOUT_S = 3600.0

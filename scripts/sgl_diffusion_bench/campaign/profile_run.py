@@ -16,7 +16,7 @@ from ..engine import command_builder, engine_process, gpu, tiny_model
 from . import campaign_context, request_setup
 from ..judging import log_markers, request_path
 from ..judging.cell import Cell
-from ..engine.engine_probe import EngineCapabilities
+from ..engine.capabilities import EngineCapabilities
 from . import profile_compare
 
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".pt.trace.json.gz")

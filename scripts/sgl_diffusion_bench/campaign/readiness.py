@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from .. import contract, fileio, hf_settings, work_dirs
 from ..engine import command_builder, engine_process, gpu, model_access, tiny_model
-from ..engine.engine_probe import EngineCapabilities
+from ..engine.capabilities import EngineCapabilities
 from ..presets import Preset
 
 DEFAULT_HUB_TIMEOUT_S = 3.0

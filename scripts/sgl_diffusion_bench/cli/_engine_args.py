@@ -6,7 +6,7 @@ import argparse
 from typing import Any, Protocol
 
 from .. import contract
-from ..engine import engine_probe, engine_python
+from ..engine import capabilities, engine_probe, engine_python
 from . import _runner
 
 
@@ -47,7 +47,7 @@ def add_engine_run_options(group: Options) -> None:
 
 
 def probe_result(args: argparse.Namespace, tool: str,
-                 caps: engine_probe.EngineCapabilities | None = None) -> _runner.Result:
+                 caps: capabilities.EngineCapabilities | None = None) -> _runner.Result:
     """--probe-engine: the engine.v1 document; a degraded probe exits 3 (never cached) unless accepted."""
     cache = None
     if caps is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import advice, assets, contract, model_cache, nightly, presets, selftest, work_dirs
-from ..engine import command_builder, engine_overlap, engine_probe, tiny_model
+from ..engine import capabilities, command_builder, engine_overlap, tiny_model
 from ..campaign import (bench_request, bench_runner, campaign_context, campaign_session, design,
                         engine_mode, sequential, warm_campaign)
 from ..results import report, terminal
@@ -189,13 +189,13 @@ def selected_presets(args: argparse.Namespace) -> list[presets.Preset]:
     return presets.customised(chosen, args.override, args.model_path)
 
 
-def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False) -> engine_probe.EngineCapabilities:
+def engine_capabilities(args: argparse.Namespace, keep_interpreter: bool = False) -> capabilities.EngineCapabilities:
     spec = args.engine_capabilities
     if spec == "recent":
-        return engine_probe.recent_engine_capabilities()
+        return capabilities.recent_engine_capabilities()
     if spec == "installed":
         return _engine_args.probe(args, refresh=args.refresh_probe, keep_interpreter=keep_interpreter).capabilities
-    return engine_probe.load_capabilities_file(Path(spec))
+    return capabilities.load_capabilities_file(Path(spec))
 
 
 def settings_from(args: argparse.Namespace) -> campaign_context.CampaignSettings:
@@ -242,7 +242,7 @@ def refusal_of(argv: Sequence[str]) -> dict[str, str] | None:
     try:
         args = build_parser().parse_args([*argv, "--dry-run", "--engine-capabilities", "recent"])
         validate_run_args(args)
-        refusals = bench_request.plan(request_from(args), engine_probe.recent_engine_capabilities())["refusals"]
+        refusals = bench_request.plan(request_from(args), capabilities.recent_engine_capabilities())["refusals"]
     except contract.ToolError as exc:
         return {"code": exc.code, "message": exc.message, "hint": exc.hint}
     return {key: refusals[0][key] for key in ("code", "message", "hint")} if refusals else None
@@ -369,10 +369,10 @@ def self_tests() -> list[selftest.Check]:
     def dry_run_tiny() -> str:
         preset = presets.get_preset("tiny-flux-cpu")
         inv = command_builder.build_invocation(
-            preset, command_builder.RunOptions(label="selftest"), engine_probe.recent_engine_capabilities(),
+            preset, command_builder.RunOptions(label="selftest"), capabilities.recent_engine_capabilities(),
             sglang_cli=["sglang", "generate"], output_root=Path("/nonexistent/out"), assets_dir=Path("/nonexistent"),
             caller_env={}, model_path="/nonexistent/tiny-FLUX.1-dev")
-        doc = contract.envelope("bench-plan.v1", TOOL, engine=engine_probe.recent_engine_capabilities().to_json(),
+        doc = contract.envelope("bench-plan.v1", TOOL, engine=capabilities.recent_engine_capabilities().to_json(),
                                 output_dir="/nonexistent/out", assets_dir="/nonexistent", runs=[inv.to_json()],
                                 refusals=[], warnings=[])
         contract.check_document(doc)

@@ -8,7 +8,7 @@ import argparse
 import os
 
 from .. import contract, presets, selftest
-from ..engine import engine_probe
+from ..engine import capabilities, engine_probe
 from ..campaign import readiness
 from . import _runner
 
@@ -32,14 +32,14 @@ def build_parser() -> _runner.Parser:
     return parser
 
 
-def _caps(spec: str) -> engine_probe.EngineCapabilities:
+def _caps(spec: str) -> capabilities.EngineCapabilities:
     if spec == "installed":
         return engine_probe.probe_engine().capabilities
     if spec == "recent":
-        return engine_probe.recent_engine_capabilities()
+        return capabilities.recent_engine_capabilities()
     from pathlib import Path
 
-    return engine_probe.load_capabilities_file(Path(spec))
+    return capabilities.load_capabilities_file(Path(spec))
 
 
 def render(payload: dict) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import argv_tokens, contract, hf_settings
 from . import flag_checks
-from .engine_probe import EngineCapabilities
+from .capabilities import EngineCapabilities
 from ..presets import Preset
 
 DEFAULT_QUALITY = "lossless"  # every release with --quality defaults to it; pinned so runs stay comparable

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from .. import argv_tokens, contract
 from ..presets import Preset
-from .engine_probe import EngineCapabilities
+from .capabilities import EngineCapabilities
 
 
 MISSING_FLAG_HINTS = {

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract, presets
-from ..engine import engine_probe, gpu
+from ..engine import capabilities, engine_probe, gpu
 from ..campaign import readiness
 from . import manifest, profiling, render, steps
 from .request import EvidenceRequest, differing_fields, parallel_layout
@@ -87,7 +87,7 @@ def ensure_writable(root: Path) -> None:
                                   f"{exc.strerror or exc}", "choose a writable folder for --out") from None
 
 
-def preflight(preset: presets.Preset, request: EvidenceRequest, caps: engine_probe.EngineCapabilities
+def preflight(preset: presets.Preset, request: EvidenceRequest, caps: capabilities.EngineCapabilities
               ) -> dict[str, Any]:
     """Can the request run here? readiness (GPUs, model, engine flags, disk, assets) and a GPU for a BCG arm."""
     payload = readiness.assess(preset, caps, dict(os.environ), model_path=request.model_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import contract, fileio, model_cache
-from ..engine import engine_probe, gpu, tiny_model
+from ..engine import capabilities, gpu, tiny_model
 from ..campaign import bcg_replay, bench_request, bench_runner, campaign_context, campaign_session, sequential
 from ..presets import Preset
 from .request import EvidenceRequest
@@ -35,7 +35,7 @@ class Context:
     root: Path
     request: EvidenceRequest
     preset: Preset
-    caps: engine_probe.EngineCapabilities
+    caps: capabilities.EngineCapabilities
     readiness: dict[str, Any] = dataclasses.field(default_factory=dict)
     results: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
