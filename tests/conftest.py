@@ -107,13 +107,19 @@ def _checked(run: ScriptRun, args: tuple[str, ...], expect_json: bool | None) ->
 
 
 PHASE_END = re.compile(r"^\[progress\] (?P<what>.+?): (?:done|failed|[a-z ]+) (?:in|after) [0-9.]+ s$")
+STEP_START = re.compile(r"^\[evidence\] step (?P<step>\S+): running$")
+STEP_END = re.compile(r"^\[evidence\] step (?P<step>\S+): (?:done|failed|skipped|interrupted) after [0-9.]+ s")
 CELL_END = re.compile(r"^(?P<cell>\[cell \d+/\d+\]) (?P<arm>\S+).*: [A-Z_]+ after ")
 
 
 def assert_announced_and_summarised(stderr: str, tool: str) -> list[str]:
     """A long command's stderr (issue 45): every phase that reports its end announced itself before ('X ...'), every
-    cell's verdict follows the cell's 'starting' line, and the last line is the command's one summary line."""
+    cell's verdict follows the cell's 'starting' line, every evidence step that started says how it ended, and the
+    last line is the command's one summary line."""
     lines = [line for line in stderr.splitlines() if line.strip()]
+    started = [m["step"] for line in lines if (m := STEP_START.match(line))]
+    ended = [m["step"] for line in lines if (m := STEP_END.match(line))]
+    assert started == ended, (started, ended)
     for index, line in enumerate(lines):
         end = PHASE_END.match(line) if " s so far" not in line else None  # a tick may quote an engine's "in 2 s"
         if end:

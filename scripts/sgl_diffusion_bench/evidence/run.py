@@ -175,6 +175,7 @@ def _run_step(ctx: steps.Context, doc: dict[str, Any], record: dict[str, Any], f
                       files=manifest.records_under(ctx.root, folder))
         doc.update(state="interrupted", interrupted_step=name, ok=False)
         manifest.save(ctx.root, doc)
+        _say_end(record)
         raise
     except contract.ToolError as exc:
         outcome = steps.Outcome("failed", f"{exc.code}: {exc.message}")
@@ -182,3 +183,11 @@ def _run_step(ctx: steps.Context, doc: dict[str, Any], record: dict[str, Any], f
                   result=outcome.result, finished_at=_now(), wall_s=round(time.monotonic() - start, 3),
                   files=manifest.records_under(ctx.root, folder))
     manifest.save(ctx.root, doc)
+    _say_end(record)
+
+
+def _say_end(record: dict[str, Any]) -> None:
+    """A step's end, as its 'running' line announced it: the status, its time and, unless done, why."""
+    why = f": {record['reason']}" if record["status"] != "done" and record.get("reason") else ""
+    print(f"[evidence] step {record['name']}: {record['status']} after {record['wall_s']:.1f} s{why}",
+          file=sys.stderr, flush=True)
