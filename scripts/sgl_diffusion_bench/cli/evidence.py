@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import contract, selftest
 from ..engine import engine_overlap
-from ..evidence import manifest, render, request, run, verify
+from ..evidence import manifest, render, request, verify
 from . import _runner
 
 TOOL = manifest.TOOL
@@ -96,6 +96,8 @@ def request_of(args: argparse.Namespace) -> request.EvidenceRequest:
 
 
 def _run(args: argparse.Namespace) -> _runner.Result:
+    from ..evidence import run  # the campaign, profiling and trace machinery: verify and render never need it
+
     doc = run.run(Path(args.out), request_of(args))
     return _runner.Result(doc, render_run(doc), summary=run_summary(doc))
 
