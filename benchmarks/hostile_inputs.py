@@ -55,18 +55,15 @@ OUTCOMES = ("refused", "accepted", "traceback", "exit_70", "hang", "lie", "bad_o
 
 # -- hostile files: each a function that makes one at a path (or returns a path to use as is) ----------------------
 
-def _text(text: str) -> Callable[[Path], Path]:
-    def make(path: Path) -> Path:
-        path.write_text(text, encoding="utf-8", errors="surrogatepass")
-        return path
-    return make
-
-
 def _bytes(data: bytes) -> Callable[[Path], Path]:
     def make(path: Path) -> Path:
         path.write_bytes(data)
         return path
     return make
+
+
+def _text(text: str) -> Callable[[Path], Path]:
+    return _bytes(text.encode("utf-8", "surrogatepass"))
 
 
 def _fifo(path: Path) -> Path:

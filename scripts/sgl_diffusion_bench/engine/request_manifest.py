@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import io
 import math
 import re
 import sys
@@ -116,16 +117,17 @@ def load_manifest(path: Path, package_dir: Path, default_size: tuple[int, int],
                                   "give a JSONL request manifest (scripts/sgl_diffusion_bench/data/"
                                   "sample_requests.jsonl is one)")
     # Our bounded reader first (a regular file that reads, within the size bound, UTF-8), then the engine's parser.
-    inputs.decode_text(inputs.read_bytes(path, "input.bad_manifest", gunzip=False, max_bytes=MAX_MANIFEST_BYTES),
-                       f"--requests-file {path}", "input.bad_manifest")
+    text = inputs.decode_text(inputs.read_bytes(path, "input.bad_manifest", gunzip=False,
+                                                max_bytes=MAX_MANIFEST_BYTES), f"--requests-file {path}",
+                              "input.bad_manifest")
     try:
         loaded = _engine_loader(package_dir)(path)
     except (ValueError, RecursionError) as exc:  # RecursionError: a line nested deeper than json can parse
         match = re.search(r"[Ll]ine (\d+)", str(exc))
         line = int(match[1]) if match else None
         raise _bad_line(path, line, f"the engine's manifest parser refused it: {exc or type(exc).__name__}") from None
-    with path.open(encoding="utf-8") as file:  # split as the engine's reader splits (not str.splitlines)
-        numbered = [n for n, text in enumerate(file, 1) if text.strip()]
+    # Split as the engine's reader splits its file (universal newlines, not str.splitlines: U+2028 stays in a line).
+    numbered = [n for n, line in enumerate(io.StringIO(text, newline=None), 1) if line.strip()]
     specs = []
     for request, line in zip(loaded.requests, numbered, strict=True):
         for name, text in (("request_id", request.request_id), ("prompt", request.prompt),
