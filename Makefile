@@ -17,7 +17,7 @@ STAMP := $(VENV)/.bundle-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements/install.sh requirements/engine-$(ENGINE)-cpu.txt requirements/engine-$(ENGINE)-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt
+$(STAMP): pyproject.toml requirements/install.sh requirements/engine-$(ENGINE)-cpu.txt requirements/engine-$(ENGINE)-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt $(wildcard requirements/engine-$(ENGINE)-bytecode.txt)
 	@echo "setting up $(VENV) for sglang $(ENGINE) (about 2.4 GB; measured on 2 cores by benchmarks/fresh_clone_setup.py: 5-16 s, then the first demo 58-73 s on a quiet host)" >&2
 	@PYTHON=$(PYTHON) requirements/install.sh $(VENV) $(ENGINE)
 	@touch $@
@@ -49,7 +49,7 @@ check: setup
 
 # Style and dead code (config in pyproject.toml; vulture's known false positives in .ci/vulture_whitelist.py).
 lint: setup
-	$(PY) -m ruff check scripts tests benchmarks .ci
+	$(PY) -m ruff check scripts tests benchmarks requirements .ci
 	$(PY) -m vulture
 
 # The wheel's own self-tests, installed into a clean venv without torch or sglang.

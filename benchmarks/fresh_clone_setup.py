@@ -11,7 +11,8 @@ with that step's tail of stderr in the document and no totals for the run it bro
 
 It never touches the shared default uv cache (nor pip's): it deletes only its own temporary folder and the lock files
 the engine left in the temp folder for model paths inside it.
-uv itself is bootstrapped by install.sh into each clone's .cache/ when it is not on PATH (pip's cache serves it).
+uv itself is bootstrapped by install.sh into $XDG_CACHE_HOME when it is not on PATH: the benchmark points that at a
+folder of its own too, filled by the cold run like the uv cache.
 
   .venv/bin/python benchmarks/fresh_clone_setup.py > benchmarks/results/fresh_clone_setup.json
 
@@ -42,9 +43,10 @@ DROPPED_ENV = ("VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE", "UV_CACHE_DIR")
 DROPPED_PREFIXES = ("DIFFUSION_BENCH_", "SGL_DIFFUSION_BENCH_", "SGLANG_DIFFUSION_SKILL_")
 
 
-def child_env(uv_cache: Path) -> dict[str, str]:
+def child_env(uv_cache: Path, root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV and not k.startswith(DROPPED_PREFIXES)}
     env["UV_CACHE_DIR"] = str(uv_cache)
+    env["XDG_CACHE_HOME"] = str(root / "xdg-cache")  # install.sh keeps its uv bootstrap there
     return env
 
 
@@ -69,7 +71,7 @@ def phases(stderr: str, pattern: re.Pattern) -> list[dict]:
 
 def one_run(label: str, root: Path, sha: str, uv_cache: Path) -> dict:
     clone = root / f"clone-{label}"
-    env = child_env(uv_cache)
+    env = child_env(uv_cache, root)
     print(f"[{label}] cloning {sha[:10]} into {clone}", file=sys.stderr, flush=True)
     steps = {}
     run: dict = {"label": label, "uv_cache_empty_at_start": not any(uv_cache.iterdir()), "uv_cache": str(uv_cache),

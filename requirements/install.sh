@@ -36,7 +36,8 @@ else
 fi
 uv=$(command -v uv || true)
 if [[ -z $uv ]]; then
-  boot=$here/../.cache/uv-bootstrap
+  # in this user's cache for the bundle (like the download caches), so a second clone finds it (pip took 4 s here)
+  boot=${XDG_CACHE_HOME:-$HOME/.cache}/sglang-diffusion-benchmark-profile/uv-bootstrap
   # pip's own notes about this machine's pip config (e.g. "Location 'file:///...' is ignored" for an extra index
   # that has no uv) say nothing about the install: shown only when the bootstrap fails
   # bootstrap_uv: installs uv into $boot with pip (one set-up phase, timed like the others)
@@ -60,3 +61,9 @@ fi
 phase "engine install (no-deps set)" "${install[@]}" --no-deps -r "$nodeps" >&2
 phase "torch + engine imports + tools install" "${install[@]}" "${torch_source[@]}" -c "$here/constraints-cpu.txt" torch==2.13.0 -r "$imports" -r "$here/tools.txt" >&2
 phase "bundle install (editable)" "${install[@]}" --no-deps -e "$here/.." >&2
+# The bytecode of the modules an engine run imports (measured by requirements/measure_bytecode.py), compiled on every
+# core: otherwise the first run compiles about 7,000 modules one by one inside its import of sglang (about 25 s here)
+bytecode=$here/engine-$engine-bytecode.txt
+if [[ -f $bytecode ]]; then
+  phase "bytecode of an engine run (measured list, all cores)" "$venv/bin/python" "$here/precompile.py" "$bytecode" --also "$here/../scripts"
+fi
