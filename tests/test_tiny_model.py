@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.engine import tiny_model
 
 pytestmark = pytest.mark.torch  # builds the model with torch
@@ -61,3 +62,32 @@ def test_default_cache_dir_is_overridable(monkeypatch, tmp_path):
     monkeypatch.setenv("DIFFUSION_BENCH_WORKDIR", str(tmp_path / "work"))
     expected = tmp_path / "work" / ".cache" / "tiny-models" / tiny_model.transformers_tag()
     assert tiny_model.default_cache_dir() == expected
+
+
+def test_a_build_started_beside_the_probe_is_finished_by_the_run_that_asks(monkeypatch, tmp_path, capsys):
+    cache = tmp_path / "made" / "for" / "it"
+    monkeypatch.setenv(tiny_model.CACHE_ENV, str(cache))
+    preset = presets.get_preset("tiny-flux-cpu")
+    tiny_model.build_beside_probe(preset, model_path="/somewhere/else")  # the user's own model: nothing to build
+    assert not (tmp_path / "made").exists()
+    tiny_model.build_beside_probe(preset, model_path=None)
+    assert [p.name.startswith(".tiny-FLUX.1-dev.building-") for p in cache.iterdir()] == [True]
+    built = tiny_model.ensure_tiny_flux()
+    assert built == cache / tiny_model.NATIVE_NAME and (built / "model_index.json").is_file()
+    assert [p.name for p in cache.iterdir()] == [tiny_model.NATIVE_NAME]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("[progress] tiny model: building tiny-FLUX.1-dev ...")
+    assert "started beside the engine probe" in err[0]
+    assert err[-1].startswith("[progress] tiny model: building tiny-FLUX.1-dev: done in ")
+    tiny_model.build_beside_probe(preset, model_path=None)  # built already: nothing started
+    tiny_model.cancel_early_builds()
+    assert [p.name for p in cache.iterdir()] == [tiny_model.NATIVE_NAME]
+
+
+def test_a_build_nobody_asked_for_is_stopped_and_leaves_nothing(monkeypatch, tmp_path):
+    (tmp_path / "theirs").mkdir()
+    monkeypatch.setenv(tiny_model.CACHE_ENV, str(tmp_path / "theirs" / "made" / "for" / "it"))
+    tiny_model.build_beside_probe(presets.get_preset("tiny-flux-cpu"), model_path=None)
+    assert (tmp_path / "theirs" / "made").is_dir()
+    tiny_model.cancel_early_builds()  # the run was refused after its probe
+    assert [p.name for p in tmp_path.iterdir()] == ["theirs"] and not any((tmp_path / "theirs").iterdir())

@@ -301,6 +301,8 @@ def _fetch(args: argparse.Namespace) -> _runner.Result:
 
 def _run(args: argparse.Namespace) -> _runner.Result:
     request = request_from(args)
+    for preset in request.presets:
+        tiny_model.build_beside_probe(preset, request.model_path)
     runners = bench_request.assemble(  # a warm engine imports sglang once, so the probe keeps its interpreter
         request, lambda: engine_capabilities(args, keep_interpreter=args.engine != "cold"))
     outcome = campaign_session.run(runners, request.settings.label,

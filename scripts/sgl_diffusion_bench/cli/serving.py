@@ -118,6 +118,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",
                                          "install the engine (README 'Engine install') or pass --engine-python")
+    tiny_model.build_beside_probe(preset, args.model_path)
     engine = engine_probe.probe_engine(python=python).capabilities
     for letter, flags in (("a", arm_a), ("b", arm_b)):
         server.check_flags(engine, [*preset.extra_args, *flags, "--host", "--port"], f"--arm-{letter}-args")

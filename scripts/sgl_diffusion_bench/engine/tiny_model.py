@@ -11,6 +11,7 @@ local model (built here when a run needs it), or the hub.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import bench_env, contract, paths, work_dirs
+from .. import bench_env, contract, paths, progress, work_dirs
 from . import engine_process
 from ..presets import Preset
 
@@ -31,6 +32,8 @@ LATENT_CHANNELS = 4  # FLUX packs 2x2 latent patches: transformer in_channels ==
 ROPE_AXES = (4, 6, 6)  # sums to attention_head_dim
 CLIP_MERGES = [("a", "t</w>"), ("c", "at</w>"), ("o", "g</w>"), ("d", "og</w>")]
 T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
+# target -> (its build, its staging folder, the folders made for it, deepest first)
+_early_builds: dict[Path, tuple[subprocess.Popen, Path, list[Path]]] = {}
 
 
 def transformers_tag() -> str:
@@ -47,35 +50,87 @@ def default_cache_dir() -> Path:
 
 
 def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> Path:
-    """The tiny FLUX.1 directory ``<cache_dir>/<name>``, built if missing; pass UNRESOLVED_NAME for fallback tests."""
+    """The tiny FLUX.1 directory ``<cache_dir>/<name>``, built if missing (or the build ``build_beside_probe``
+    started, finished); pass UNRESOLVED_NAME for fallback tests."""
     target = Path(cache_dir or default_cache_dir()) / name
+    early = _early_builds.pop(target, None)
     if (target / "model_index.json").is_file():
+        if early is not None:
+            _cancel(*early)
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.building-", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; the model is meant to be shared like any cache entry
-    try:
-        _build_in_subprocess(staging)
+    with progress.phase(f"tiny model: building {name}", "random weights, once per cache folder: "
+                        f"{target.parent}" + ("; started beside the engine probe" if early else "")) as ticker:
+        proc, staging, _ = early or _start_build(target)
         try:
-            os.rename(staging, target)
-        except OSError:  # another process finished first: keep its copy
-            if not (target / "model_index.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            _finish_build(proc, ticker)
+            try:
+                os.rename(staging, target)
+            except OSError:  # another process finished first: keep its copy
+                if not (target / "model_index.json").is_file():
+                    raise
+        finally:
+            _cancel(proc, staging, [])
     return target
 
 
-def _build_in_subprocess(out_dir: Path) -> None:
-    """Build in a child Python: importing diffusers needs the CPU adapter's b0 here (CUDA torchvision beside CPU
-    torch), and torch/diffusers imports (~5 s, ~500 MB) should not stay in the caller."""
+def build_beside_probe(preset: Preset, model_path: str | None) -> None:
+    """Start building the tiny model a real run of ``preset`` will need while the engine probe imports sglang (on a
+    fresh machine each takes one core for seconds). It stays in its staging folder until the run asks for it
+    (``ensure_tiny_flux``) and is removed if the run ends first: a refused run leaves nothing behind."""
+    if model_path or preset.local_model != "tiny-flux":
+        return
+    target = default_cache_dir() / NATIVE_NAME
+    if target in _early_builds or (target / "model_index.json").is_file():
+        return
+    if not _early_builds:
+        atexit.register(cancel_early_builds)
+    _early_builds[target] = _start_build(target)
+
+
+def cancel_early_builds() -> None:
+    """Stop and remove every build nobody asked for (the run is over)."""
+    while _early_builds:
+        _cancel(*_early_builds.popitem()[1])
+
+
+def _start_build(target: Path) -> tuple[subprocess.Popen, Path, list[Path]]:
+    """A child Python building into a temporary sibling of ``target``: importing diffusers needs the CPU adapter's b0
+    here (CUDA torchvision beside CPU torch), and its torch/diffusers imports (~500 MB) stay out of the caller."""
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the model is meant to be shared like any cache entry
     code = "import sys, pathlib; from sgl_diffusion_bench.engine.tiny_model import build_tiny_flux; " \
            "build_tiny_flux(pathlib.Path(sys.argv[1]))"
     child_env = engine_process.cpu_adapter_env(dict(os.environ))
     child_env["PYTHONPATH"] += os.pathsep + str(paths.PACKAGE_DIR.parent)
-    proc = subprocess.run([sys.executable, "-c", code, str(out_dir)], env=child_env, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(staging)], env=child_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, staging, made
+
+
+def _finish_build(proc: subprocess.Popen, ticker: progress.Ticker) -> None:
+    while True:
+        try:
+            _, err = proc.communicate(timeout=ticker.poll_s)
+            break
+        except subprocess.TimeoutExpired:
+            ticker.tick()
     if proc.returncode != 0:
-        raise RuntimeError(f"building the tiny FLUX model failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"building the tiny FLUX model failed (rc {proc.returncode}): {err[-2000:]}")
+
+
+def _cancel(proc: subprocess.Popen, staging: Path, made: list[Path]) -> None:
+    """Stop a build and remove its staging folder and, when they are left empty, the folders made for it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+    shutil.rmtree(staging, ignore_errors=True)
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            break  # not empty: something else lives there now
 
 
 def _byte_chars() -> list[str]:

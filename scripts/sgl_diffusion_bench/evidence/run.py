@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract, presets
-from ..engine import capabilities, engine_probe, gpu
+from ..engine import capabilities, engine_probe, gpu, tiny_model
 from ..campaign import readiness
 from . import manifest, profiling, render, steps
 from .request import EvidenceRequest, differing_fields, parallel_layout
@@ -119,6 +119,7 @@ def run(root: Path, request: EvidenceRequest) -> dict[str, Any]:
                                 request.model_path)[0]
     existing = check_folder(root, request)
     check_writable(root)
+    tiny_model.build_beside_probe(preset, request.model_path)
     caps = engine_probe.probe_engine().capabilities
     ready = preflight(preset, request, caps)
     ensure_writable(root)
