@@ -8,8 +8,8 @@ DEFAULT_ENGINE := 0.5.23
 ENGINE ?= $(DEFAULT_ENGINE)
 VENV ?= $(if $(filter $(DEFAULT_ENGINE),$(ENGINE)),.venv,.venv-$(ENGINE))
 PY := $(VENV)/bin/python
-# Sandboxes often set PYTHONDONTWRITEBYTECODE=1; then every engine start recompiles sglang, torch and transformers
-# (fresh clone to first report: 207 s with it, the next demo 54 s once bytecode is cached). This venv is ours to cache in.
+# Sandboxes often set PYTHONDONTWRITEBYTECODE=1; then every engine start recompiles the modules the set-up did not
+# precompile (requirements/precompile.py compiles those an engine run imports). This venv is ours to cache in.
 unexport PYTHONDONTWRITEBYTECODE
 STAMP := $(VENV)/.bundle-installed
 
@@ -18,7 +18,7 @@ STAMP := $(VENV)/.bundle-installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/install.sh requirements/engine-$(ENGINE)-cpu.txt requirements/engine-$(ENGINE)-nodeps.txt requirements/constraints-cpu.txt requirements/tools.txt $(wildcard requirements/engine-$(ENGINE)-bytecode.txt)
-	@echo "setting up $(VENV) for sglang $(ENGINE) (about 2.4 GB; measured on 2 cores by benchmarks/fresh_clone_setup.py: 5-16 s, then the first demo 58-73 s on a quiet host)" >&2
+	@echo "setting up $(VENV) for sglang $(ENGINE) (about 2.4 GB; measured on 2 cores by benchmarks/fresh_clone_setup.py: 20-30 s, then the first demo about 22 s)" >&2
 	@PYTHON=$(PYTHON) requirements/install.sh $(VENV) $(ENGINE)
 	@touch $@
 
