@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import assets, contract, datafile
 
 REAL_PNG = TEST_FIXTURES / "sglang-0.5.10-h200" / "tiny_plain" / "out.png"
@@ -45,7 +45,7 @@ def _serve_all(root: Path) -> dict[str, str]:
 
 
 def _fetch(tmp_path, base_url):
-    return run_script("bench_diffusion_denoise", "--fetch-assets", "--assets-base-url", base_url, "--json",
+    return run_main("bench_diffusion_denoise", "--fetch-assets", "--assets-base-url", base_url, "--json",
                       env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work")})
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_script
+from conftest import REPO, run_main
 from sgl_diffusion_bench import bench_env, contract
 from sgl_diffusion_bench.engine import env
 
@@ -17,7 +17,7 @@ _SGLANG_ENVIRON = next((REPO / ".venv" / "lib").glob("python*/site-packages/sgla
 
 
 def _write_probe(tmp_path: Path, variable: str) -> tuple[Path, str]:
-    run = run_script("diffusion_skill_env", "check-write-access", "--json", env={variable: str(tmp_path)})
+    run = run_main("diffusion_skill_env", "check-write-access", "--json", env={variable: str(tmp_path)})
     assert run.returncode == 0, run.stderr
     return Path(run.document["path"]), run.stderr
 

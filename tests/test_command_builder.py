@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine_release import DEFAULT_RELEASE, OLDER_RELEASE, expects
-from conftest import HF_TOKEN_CANARY, run_script
+from conftest import HF_TOKEN_CANARY, run_main, run_script
 from sgl_diffusion_bench import argv_tokens, assets, contract, presets
 from sgl_diffusion_bench.engine import capabilities, engine_probe, engine_process, tiny_model
 from sgl_diffusion_bench.engine import command_builder as cb
@@ -245,7 +245,7 @@ def test_parse_cli_tokens_follows_the_reference_rules():
     (["--torch-compile", "--no-torch-compile"], "not allowed with"),
 ])
 def test_cli_rejects_combinations_before_anything_runs(args, fragment, tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--dry-run", *args, "--json",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--dry-run", *args, "--json",
                      env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     assert run.returncode == 2 and run.document["error"]["code"].startswith("usage.")
     assert fragment in run.document["error"]["message"]
@@ -253,7 +253,7 @@ def test_cli_rejects_combinations_before_anything_runs(args, fragment, tmp_path)
 
 
 def test_dry_run_plan_for_tiny_flux_cpu(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "base", "--dry-run",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "base", "--dry-run",
                      "--engine-capabilities", "recent", "--json", env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     assert run.returncode == 0
     doc = run.document
@@ -269,7 +269,7 @@ def test_dry_run_plan_for_tiny_flux_cpu(tmp_path):
 
 
 def test_dry_run_matrix_has_twelve_abba_rows_with_buckets_only_on_bcg(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "qwen", "--quality-bcg-matrix", "--rounds", "1",
+    run = run_main("bench_diffusion_denoise", "--model", "qwen", "--quality-bcg-matrix", "--rounds", "1",
                      "--bcg-text-buckets", "128", "--engine-capabilities", "recent", "--dry-run", "--json",
                      env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path)})
     runs = run.document["runs"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench.engine import engine_scenarios
 from sgl_diffusion_bench.judging import engine_baselines
 
@@ -42,7 +42,7 @@ def engine_dir() -> Path:
 
 
 def _baseline(*args: str) -> tuple[int, dict]:
-    run = run_script("compare_engine_baseline", *args, "--json")
+    run = run_main("compare_engine_baseline", *args, "--json")
     return run.returncode, run.document
 
 
@@ -58,7 +58,7 @@ def test_the_cpu_tiny_run_is_refused_against_the_h100_flux_nightly(engine_dir):
     assert _fields(doc) == {"model": ("tiny-FLUX.1-dev", "FLUX.1-dev"), "size": ("64x64", "1024x1024"),
                             "steps": (2, 50), "gpu_class": ("no GPU in the report (a CPU run)", "h100")}
     assert "flux_image_t2i" in doc["result"]["available_scenarios"]
-    text = run_script("compare_engine_baseline", "--report", str(CPU_TINY_REPORT), "--gpu-class", "h100",
+    text = run_main("compare_engine_baseline", "--report", str(CPU_TINY_REPORT), "--gpu-class", "h100",
                       "--scenario", "flux_image_t2i", "--engine-dir", str(engine_dir))
     assert text.returncode == 3 and text.stderr.startswith("REFUSED (mismatch)") and "steps: run 2, scenario 50" in \
         text.stderr
@@ -126,7 +126,7 @@ def test_the_h200_campaign_is_compared_only_with_the_scenario_that_matches_it_an
                                                                                            "over_baseline"}
     assert doc["scenario_facts"] == {"model": "black-forest-labs/FLUX.1-dev", "width": 1024, "height": 1024,
                                      "num_frames": None, "steps": 28, "num_gpus": 1}
-    text = run_script("compare_engine_baseline", "--report", str(H200_CAMPAIGN), "--gpu-class", "h100",
+    text = run_main("compare_engine_baseline", "--report", str(H200_CAMPAIGN), "--gpu-class", "h100",
                       "--engine-dir", str(root), "--allow-mismatch")
     assert text.returncode == 3 and text.stderr.startswith("MISMATCHED: not evidence, not a pass")
 

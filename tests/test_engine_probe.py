@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_script
+from conftest import run_main, run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench.engine import capabilities, engine_probe, engine_sources
 
@@ -179,14 +179,14 @@ def test_recent_capabilities_round_trip_and_describe_main():
 
 
 def test_probe_cli_with_a_saved_capability_file(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", "recent", "--json")
+    run = run_main("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", "recent", "--json")
     assert run.returncode == 0 and run.document["engine"]["warmup_flag"] == "--warmup-mode"
     saved = tmp_path / "engine.json"
     saved.write_text(run.stdout)
-    again = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", str(saved), "--json")
+    again = run_main("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", str(saved), "--json")
     assert again.document["engine"] == run.document["engine"] and again.document["cache"] is None
     saved.write_text(json.dumps({"schema": "engine.v1"}))
-    bad = run_script("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", str(saved), "--json")
+    bad = run_main("bench_diffusion_denoise", "--probe-engine", "--engine-capabilities", str(saved), "--json")
     assert bad.returncode == 2 and bad.document["error"]["code"] == "input.schema_mismatch"
 
 

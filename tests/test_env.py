@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import HF_TOKEN_CANARY, SCRIPTS, run_script
+from conftest import HF_TOKEN_CANARY, SCRIPTS, run_main, run_script
 from sgl_diffusion_bench import contract, work_dirs
 from sgl_diffusion_bench.engine import env, gpu
 from sgl_diffusion_bench.engine.fake_nvml import FakeDevice, FakeNvml
@@ -130,7 +130,7 @@ def _inspect_exit_matches(run) -> bool:
 # The token and text tests skip the engine's import check (a child importing sglang, 20-40 s on 2 cores): what they
 # check is decided before it. The check itself runs once, in test_inspect_checks_that_the_engine_imports.
 def test_inspect_cli_validates_and_reports_token_presence_only():
-    run = run_script("diffusion_skill_env", "inspect", "--no-engine-check", "--json")
+    run = run_main("diffusion_skill_env", "inspect", "--no-engine-check", "--json")
     assert _inspect_exit_matches(run)
     doc = run.document
     assert doc["huggingface"]["token_present"] is True
@@ -143,7 +143,7 @@ def test_inspect_accepts_every_token_variable_huggingface_hub_reads():
     """Issue 24: HUGGING_FACE_HUB_TOKEN set made inspect --json exit 70 (the schema lacked the name)."""
     import os
 
-    run = run_script("diffusion_skill_env", "inspect", "--no-engine-check", "--json",
+    run = run_main("diffusion_skill_env", "inspect", "--no-engine-check", "--json",
                      env={**os.environ, "HUGGING_FACE_HUB_TOKEN": HF_TOKEN_CANARY})
     assert _inspect_exit_matches(run) and "HUGGING_FACE_HUB_TOKEN" in run.document["huggingface"]["token_vars_set"]
     assert HF_TOKEN_CANARY[:8] not in run.stdout + run.stderr
@@ -168,14 +168,14 @@ def test_inspect_checks_that_the_engine_imports():
     ["check-write-access", "--json"], ["inspect", "--no-engine-check"], ["print-root"],
 ])
 def test_every_subcommand_runs_without_leaking_the_token(args, tmp_path):
-    run = run_script("diffusion_skill_env", *args, env={work_dirs.WORKDIR_ENV: str(tmp_path)})
+    run = run_main("diffusion_skill_env", *args, env={work_dirs.WORKDIR_ENV: str(tmp_path)})
     assert run.returncode == (3 if args[0] == "inspect" and "not ready" in run.stdout + run.stderr else 0), run.stderr
     if "--json" in args and args[0] != "check-write-access":
         assert run.document["path"].startswith(str(tmp_path))
 
 
 def test_print_root_plain_is_one_path_for_shell_substitution(tmp_path):
-    run = run_script("diffusion_skill_env", "print-output-dir", "--kind", "profiles", "--mkdir",
+    run = run_main("diffusion_skill_env", "print-output-dir", "--kind", "profiles", "--mkdir",
                      env={work_dirs.WORKDIR_ENV: str(tmp_path)})
     assert run.stdout.strip() == str(tmp_path / "outputs" / "diffusion_profiles")
     assert (tmp_path / "outputs" / "diffusion_profiles").is_dir()
@@ -184,18 +184,18 @@ def test_print_root_plain_is_one_path_for_shell_substitution(tmp_path):
 def test_unwritable_work_root_is_a_precondition_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    run = run_script("diffusion_skill_env", "check-write-access", "--json", env={work_dirs.WORKDIR_ENV: str(blocker)})
+    run = run_main("diffusion_skill_env", "check-write-access", "--json", env={work_dirs.WORKDIR_ENV: str(blocker)})
     assert run.returncode == 3 and run.document["error"]["code"] == "fs.not_writable"
 
 
 def test_no_gpu_machine_gives_error_documents_not_tracebacks():
     if gpu.read_inventory().gpus:
         pytest.skip("this machine has GPUs")
-    run = run_script("diffusion_skill_env", "print-idle-gpus", "--count", "1", "--json")
+    run = run_main("diffusion_skill_env", "print-idle-gpus", "--count", "1", "--json")
     assert run.returncode == 3 and run.document["error"]["code"] == "gpu.none"
-    run = run_script("diffusion_skill_env", "lease", "--count", "1", "--json", "--", "true")
+    run = run_main("diffusion_skill_env", "lease", "--count", "1", "--json", "--", "true")
     assert run.returncode == 3
-    run = run_script("diffusion_skill_env", "lease", "--json")
+    run = run_main("diffusion_skill_env", "lease", "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.no_command"
 
 
@@ -206,9 +206,9 @@ def test_real_nvml_inventory_on_a_gpu_machine(tmp_path):
         pytest.skip(inv.reason)
     assert all(g.memory_total_bytes and g.memory_total_bytes > 0 for g in inv.gpus)
     assert all(g.uuid.startswith(("GPU-", "MIG-")) for g in inv.gpus)
-    run = run_script("diffusion_skill_env", "inspect", "--json")
+    run = run_main("diffusion_skill_env", "inspect", "--json")
     assert len(run.document["gpus"]) == len(inv.gpus) and run.document["versions"]["driver"]
-    run = run_script("diffusion_skill_env", "lease", "--count", "1", "--lock-dir", str(tmp_path), "--json", "--",
+    run = run_main("diffusion_skill_env", "lease", "--count", "1", "--lock-dir", str(tmp_path), "--json", "--",
                      sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
     assert run.returncode == 0 and run.document["uuids"][0].startswith("GPU-")
 
@@ -265,12 +265,12 @@ def test_inspect_is_not_ok_when_a_problem_is_an_error(tmp_path):
     import venv
 
     venv.create(tmp_path / "bare", with_pip=False)
-    run = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
+    run = run_main("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
                      "--no-engine-check", "--json", env={work_dirs.WORKDIR_ENV: str(tmp_path / "work")})
     errors = [p["code"] for p in run.document["problems"] if p["severity"] == "error"]
     assert "sglang.missing" in errors
     assert run.document["ok"] is False and run.returncode == 3
-    human = run_script("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
+    human = run_main("diffusion_skill_env", "inspect", "--engine-python", str(tmp_path / "bare" / "bin" / "python"),
                        "--no-engine-check", env={work_dirs.WORKDIR_ENV: str(tmp_path / "work")})
     assert human.returncode == 3 and "not ready" in human.stdout + human.stderr
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import run_script
+from conftest import run_main, run_script
 from sgl_diffusion_bench import contract
 from sgl_diffusion_bench.evidence import manifest, render, request, verify
 
@@ -62,7 +62,7 @@ def test_a_folder_of_another_request_is_refused_naming_the_fields_and_left_as_it
     asked = _request()
     manifest.save(tmp_path, manifest.new_manifest(tmp_path, asked.to_json(), asked.sha256()))
     before = (tmp_path / manifest.NAME).read_bytes()
-    run = run_script("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--budget-requests", "8",
+    run = run_main("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--budget-requests", "8",
                      "--threshold", "3", "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "evidence.other_request"
     assert "threshold_pct" in run.document["error"]["message"]
@@ -74,13 +74,13 @@ def test_a_foreign_folder_and_an_unwritable_out_are_refused_before_anything_runs
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    run = run_script("collect_pr_evidence", "run", "--out", str(foreign), *TINY, "--json")
+    run = run_main("collect_pr_evidence", "run", "--out", str(foreign), *TINY, "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "evidence.foreign_folder"
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     for out in (blocker, blocker / "below"):
-        run = run_script("collect_pr_evidence", "run", "--out", str(out), *TINY, "--json")
+        run = run_main("collect_pr_evidence", "run", "--out", str(out), *TINY, "--json")
         assert run.returncode == 2 and run.document["error"]["code"] == "usage.output_unwritable", run.stdout
 
 
@@ -106,9 +106,9 @@ def test_verify_names_a_missing_file_and_one_the_manifest_does_not_record(tmp_pa
     (tmp_path / "stray.txt").write_text("x")
     found = {(f["file"], f["check"]) for f in verify.verify(tmp_path)["findings"]}
     assert {("campaign/gone.log", "missing"), ("stray.txt", "not_recorded"), ("evidence.json", "manifest")} <= found
-    run = run_script("collect_pr_evidence", "verify", str(tmp_path), "--json")
+    run = run_main("collect_pr_evidence", "verify", str(tmp_path), "--json")
     assert run.returncode == 1 and run.document["schema"] == "evidence-verify.v1" and not run.document["ok"]
-    missing = run_script("collect_pr_evidence", "verify", str(tmp_path / "nowhere"), "--json")
+    missing = run_main("collect_pr_evidence", "verify", str(tmp_path / "nowhere"), "--json")
     assert missing.returncode == 2 and missing.document["error"]["code"] == "evidence.not_a_folder"
 
 
@@ -122,7 +122,7 @@ def test_a_file_the_manifest_does_not_record_is_never_deleted_by_a_resume(tmp_pa
     mine = tmp_path / "readiness" / "my-notes.txt"
     mine.write_text("keep me")
     manifest.save(tmp_path, doc)
-    run = run_script("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--json")
+    run = run_main("collect_pr_evidence", "run", "--out", str(tmp_path), *TINY, "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "evidence.foreign_file"
     assert "readiness/my-notes.txt" in run.document["error"]["message"] and mine.read_text() == "keep me"
 

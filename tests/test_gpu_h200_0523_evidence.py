@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
 from sgl_diffusion_bench.trace.analyses.stages import analyze_stages
 from sgl_diffusion_bench.trace.load import load_trace
@@ -52,7 +52,7 @@ def test_per_step_launch_counts_eager_vs_bcg(traces):
 
 
 def test_compare_cli_gives_the_seed_pr_profile_table_with_per_step_rows(tmp_path):
-    run = run_script("analyze_trace", "compare", str(trace_of("eager")), str(trace_of("bcg")), "--json")
+    run = run_main("analyze_trace", "compare", str(trace_of("eager")), str(trace_of("bcg")), "--json")
     assert run.returncode == 0, run.stderr
     doc = run.document
     metrics = {m["key"]: m for m in doc["metrics"]}
@@ -71,7 +71,7 @@ def test_compare_cli_gives_the_seed_pr_profile_table_with_per_step_rows(tmp_path
 
 
 def test_hotspots_names_the_step_source(tmp_path):
-    run = run_script("analyze_trace", "hotspots", str(trace_of("bcg")), "--json")
+    run = run_main("analyze_trace", "hotspots", str(trace_of("bcg")), "--json")
     assert run.returncode == 0
     assert run.document["trace"]["step_source"] == "step_frames"
     assert run.document["graph_launches"] == 116

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import HF_TOKEN_LIKE, TEST_FIXTURES, run_script
+from conftest import HF_TOKEN_LIKE, TEST_FIXTURES, run_main
 from sgl_diffusion_bench import contract
 from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
 
@@ -121,7 +121,7 @@ def test_trace_holds_cuda_kernels_with_host_launches():
 
 
 def test_hotspots_on_the_real_trace(tmp_path):
-    run = run_script("analyze_trace", "hotspots", str(TRACE), "--output", str(tmp_path / "full.json"), "--json")
+    run = run_main("analyze_trace", "hotspots", str(TRACE), "--output", str(tmp_path / "full.json"), "--json")
     assert run.returncode == 0
     doc = run.document
     recorded = load("hotspots.json")
@@ -140,7 +140,7 @@ def test_hotspots_on_the_real_trace(tmp_path):
 
 
 def test_classify_labels_the_engine_jit_and_triton_kernels():
-    run = run_script("analyze_trace", "classify", str(TRACE), "--json")
+    run = run_main("analyze_trace", "classify", str(TRACE), "--json")
     assert run.returncode == 0
     doc = run.document
     families = doc["families"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 
 H200 = TEST_FIXTURES / "gpu-h200-0.5.23"
 FOLDER = H200 / "evidence-at-launch-verified"
@@ -31,7 +31,7 @@ def _load(path: Path):
 
 
 def _verify(folder: Path):
-    return run_script("collect_pr_evidence", "verify", str(folder), "--json")
+    return run_main("collect_pr_evidence", "verify", str(folder), "--json")
 
 
 def _restored(tmp_path: Path) -> Path:
@@ -120,7 +120,7 @@ def test_every_step_skipped_and_every_file_gone_is_not_a_complete_folder(tmp_pat
         for step in doc["steps"]:
             step.update(status="skipped", files=[], document=None, result=None, reason="skipped")
     _edit_manifest(folder, skip_all)
-    assert run_script("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
+    assert run_main("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
     findings = _new_findings(folder)
     named = {f["expected"].split()[0] for f in findings if f["check"] == "step_status"}
     assert named == {f"steps.{n}.status" for n in ("readiness", "campaign", "output_identity", "profile",
@@ -135,7 +135,7 @@ def test_a_step_result_edited_in_the_record_is_named(tmp_path, name, field, valu
     folder = _restored(tmp_path)
     _edit_manifest(folder, lambda doc: next(s for s in doc["steps"] if s["name"] == name)["result"].update(
         {field: value}))
-    assert run_script("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
+    assert run_main("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
     (finding,) = _new_findings(folder)
     assert finding["check"] == "step_result" and finding["file"] == "evidence.json"
     assert finding["expected"] == f"steps.{name}.result.{field} {value}" and finding["found"].startswith(on_disk)
@@ -172,7 +172,7 @@ def test_a_look_or_stage_figure_edited_in_the_report_is_recomputed_and_named(tmp
     edit(body)
     report.write_text(json.dumps(body, indent=2) + "\n")
     _rehash(folder)
-    assert run_script("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
+    assert run_main("collect_pr_evidence", "render", str(folder), "--json").returncode == 0
     findings = [f for f in _new_findings(folder) if f["check"] == "statistics"]
     assert [f["expected"].split()[0] for f in findings] == [field]
     assert findings[0]["file"] == REPORT.relative_to(FOLDER).as_posix()

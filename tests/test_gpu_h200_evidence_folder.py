@@ -12,7 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 
 H200 = TEST_FIXTURES / "gpu-h200-0.5.23"
 CAMPAIGN_REPORT = H200 / "evidence-folder" / "campaign" / "flux-1gpu__evidence.bench-report.json"
@@ -23,7 +23,7 @@ def _folder(tmp_path: Path) -> Path:
     """The kept folder with the one campaign image restored wherever the manifest records its hash."""
     folder = tmp_path / "evidence"
     shutil.copytree(H200 / "evidence-folder", folder)
-    first = run_script("collect_pr_evidence", "verify", str(folder), "--json")
+    first = run_main("collect_pr_evidence", "verify", str(folder), "--json")
     for finding in first.document["findings"]:
         if finding["check"] == "missing" and OUTPUT_SHA in finding["expected"]:
             shutil.copyfile(H200 / "evidence-output-2c0dbc1f.png", folder / finding["file"])
@@ -31,7 +31,7 @@ def _folder(tmp_path: Path) -> Path:
 
 
 def test_verify_agrees_with_everything_kept_and_misses_only_the_dropped_files(tmp_path):
-    result = run_script("collect_pr_evidence", "verify", str(_folder(tmp_path)), "--json")
+    result = run_main("collect_pr_evidence", "verify", str(_folder(tmp_path)), "--json")
     assert result.returncode != 0  # the dropped files are missing, and verify says so
     findings = result.document["findings"]
     dropped = (H200 / "evidence-dropped.txt").read_text().split()
@@ -48,7 +48,7 @@ def test_a_changed_number_in_a_kept_perf_dump_is_named(tmp_path):
     doc = json.loads(text)
     doc["total_duration_ms"] = doc["total_duration_ms"] * 0.9
     dump.write_text(json.dumps(doc))
-    findings = run_script("collect_pr_evidence", "verify", str(folder), "--json").document["findings"]
+    findings = run_main("collect_pr_evidence", "verify", str(folder), "--json").document["findings"]
     assert any(f["file"].endswith(dump.name) and f["check"] != "missing" for f in findings)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench.judging import log_gates, log_markers, request_path, run_judge
 
 CPU = TEST_FIXTURES / "engine-cpu-0.5.10"
@@ -25,7 +25,7 @@ def _judge(scenario: str, tmp_path: Path, *extra: str):
     args = ["--log", str(CPU / scenario / "log.txt"), "--engine-version", VERSION, "--json", *extra]
     if (CPU / scenario / "perf.json").is_file():
         args += ["--perf-dump", str(CPU / scenario / "perf.json")]
-    return run_script("judge_run", *args)
+    return run_main("judge_run", *args)
 
 
 @pytest.mark.parametrize("scenario, status", [("native-ok", "valid"), ("fallback-auto", "invalid"),
@@ -80,7 +80,7 @@ def _h200_cell(tmp_path: Path, edit) -> list[str]:
 
 
 def test_the_unedited_h200_segment_is_valid(tmp_path):
-    run = run_script("judge_run", *_h200_cell(tmp_path, lambda text: text))
+    run = run_main("judge_run", *_h200_cell(tmp_path, lambda text: text))
     assert run.document["status"] == "valid", run.document["reasons"]
 
 
@@ -94,6 +94,6 @@ def test_the_unedited_h200_segment_is_valid(tmp_path):
 def test_an_emptied_or_failing_segment_is_never_valid(tmp_path, edit, code):
     """A counted cell's request log emptied, stripped of its completion lines, or ending in an engine exception:
     the perf dump beside it is as good as ever, and the run still does not count."""
-    run = run_script("judge_run", *_h200_cell(tmp_path, edit))
+    run = run_main("judge_run", *_h200_cell(tmp_path, edit))
     assert run.returncode == 1 and run.document["status"] == "invalid" and run.document["perf"] is None
     assert any(r.startswith(code + ":") for r in run.document["reasons"]), run.document["reasons"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import TEST_FIXTURES, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench.judging import (host_load, log_gates, log_markers, memory_evidence, output_check, request_path,
                                          run_judge)
 from sgl_diffusion_bench.judging.cell import Cell
@@ -51,7 +51,7 @@ def test_the_adapters_b5_line_means_process_rss_and_silence_means_unknown():
 
 
 def _judge(*args: str):
-    return run_script("judge_run", "--json", *args)
+    return run_main("judge_run", "--json", *args)
 
 
 def _png(path: Path, size=(64, 64)) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_script
+from conftest import run_main, run_script
 from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.engine import model_access
 
@@ -53,7 +53,7 @@ def env_for(home: Path) -> dict[str, str]:
 
 
 def test_a_gated_preset_without_token_or_copy_is_refused_before_anything_runs(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "flux", "--label", "gated", "--output-dir",
+    run = run_main("bench_diffusion_denoise", "--model", "flux", "--label", "gated", "--output-dir",
                      str(tmp_path / "out"), "--engine-capabilities", "recent", "--json", env=env_for(tmp_path))
     assert run.returncode == 3, run.stderr[-2000:]
     error = run.document["error"]
@@ -66,7 +66,7 @@ def test_a_complete_local_copy_runs_offline(tmp_path):
     access = model_access.decide(FLUX, env_for(tmp_path))
     assert access.decision == "offline_local_copy" and access.local_copy["revision"] == COMMIT
     assert model_access.require(FLUX, env_for(tmp_path)).env["HF_HUB_OFFLINE"] == "1"
-    plan = run_script("bench_diffusion_denoise", "--model", "flux", "--dry-run", "--engine-capabilities", "recent",
+    plan = run_main("bench_diffusion_denoise", "--model", "flux", "--dry-run", "--engine-capabilities", "recent",
                       "--json", env=env_for(tmp_path), expect_json=True).document
     assert plan["schema"] == "bench-plan.v1"
     assert all(r["env_set"].get("HF_HUB_OFFLINE") == "1" for r in plan["runs"]), plan

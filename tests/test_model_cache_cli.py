@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_script
+from conftest import run_main, run_script
 from sgl_diffusion_bench import contract, model_cache
 from sgl_diffusion_bench.cli import _runner
 from sgl_diffusion_bench.cli import cache as cache_cli
@@ -28,7 +28,7 @@ def seed(tmp_path) -> Path:
 
 
 def prepare(root: Path, *extra: str, label: str = "baseline"):
-    return run_script("cleanup_model_cache", "prepare", "--root", str(root), "--model", "org/tiny", "--label", label,
+    return run_main("cleanup_model_cache", "prepare", "--root", str(root), "--model", "org/tiny", "--label", label,
                       *extra, "--json", env=OFFLINE)
 
 
@@ -46,12 +46,12 @@ def test_prepare_cleanup_verify_round_trip(tmp_path, seed):
     new_blob.write_bytes(SAFETENSORS)
     ledger = tmp_path / "out" / "cleanup.jsonl"
 
-    dry = run_script("cleanup_model_cache", "cleanup", "--root", str(tmp_path / "root"), "--child", child.name,
+    dry = run_main("cleanup_model_cache", "cleanup", "--root", str(tmp_path / "root"), "--child", child.name,
                      "--dry-run", "--json")
     assert dry.returncode == 0 and dry.document["dry_run"] and dry.document["entry"] is None
     assert dry.document["plan"]["before"]["weight_file_count"] == 1 and new_blob.exists() and not ledger.exists()
 
-    run = run_script("cleanup_model_cache", "cleanup", "--root", str(tmp_path / "root"), "--child", child.name,
+    run = run_main("cleanup_model_cache", "cleanup", "--root", str(tmp_path / "root"), "--child", child.name,
                      "--reason", "success", "--ledger", str(ledger), "--json")
     assert run.returncode == 0, run.stderr
     entry = run.document["entry"]
@@ -63,7 +63,7 @@ def test_prepare_cleanup_verify_round_trip(tmp_path, seed):
     assert [started["phase"], finished["phase"]] == ["started", "finished"] and finished == entry
     assert contract.validation_errors(started) == [] and started["cleanup_id"] == finished["cleanup_id"]
 
-    run = run_script("cleanup_model_cache", "verify", "--ledger", str(ledger), "--json")
+    run = run_main("cleanup_model_cache", "verify", "--ledger", str(ledger), "--json")
     assert run.returncode == 0 and run.document["residue_count"] == 0
     assert run.document["entries"][0]["status"] == "absent"
 
@@ -73,7 +73,7 @@ def test_prepare_refuses_slash_even_through_a_symlink(tmp_path, root):
     if root == "symlink-to-slash":
         os.symlink("/", tmp_path / root)
         root = str(tmp_path / root)
-    run = run_script("cleanup_model_cache", "prepare", "--root", root, "--model", "m", "--json")
+    run = run_main("cleanup_model_cache", "prepare", "--root", root, "--model", "m", "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "cache.root_forbidden"
     assert not Path("/", model_cache.MARKER_NAME).exists()
 
@@ -88,10 +88,10 @@ def test_prepare_twice_is_a_precondition_error(tmp_path):
 def test_cleanup_errors_have_exit_codes_and_delete_nothing(tmp_path):
     child = Path(prepare(tmp_path / "root").document["child"])
     base = ("cleanup", "--root", str(tmp_path / "root"), "--child", child.name)
-    run = run_script("cleanup_model_cache", *base, "--json")
+    run = run_main("cleanup_model_cache", *base, "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.ledger_required"
     (tmp_path / "root" / model_cache.MARKER_NAME).unlink()
-    run = run_script("cleanup_model_cache", *base, "--ledger", str(tmp_path / "l.jsonl"), "--json")
+    run = run_main("cleanup_model_cache", *base, "--ledger", str(tmp_path / "l.jsonl"), "--json")
     assert run.returncode == 3 and run.document["error"]["code"] == "cache.root_not_marked"
     assert child.is_dir() and not (tmp_path / "l.jsonl").exists()
 
@@ -113,7 +113,7 @@ def test_cleanup_that_leaves_residue_exits_1(tmp_path, capsys):
     assert code == 1 and doc["ok"] is False and contract.validation_errors(doc) == []
     assert doc["entry"]["after"]["total_bytes"] == 7 + prepared.manifest_path.stat().st_size
     assert doc["entry"]["residual"]["child_present"]
-    run = run_script("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "l.jsonl"), "--json")
+    run = run_main("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "l.jsonl"), "--json")
     assert run.returncode == 1 and run.document["residue_count"] == 1
 
 
@@ -149,20 +149,20 @@ def test_real_undeletable_file_is_reported_by_the_subprocess(tmp_path):
 
 
 def test_verify_missing_and_corrupt_ledgers(tmp_path):
-    run = run_script("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "none.jsonl"), "--json")
+    run = run_main("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "none.jsonl"), "--json")
     assert run.returncode == 3 and run.document["error"]["code"] == "cache.ledger_missing"
     (tmp_path / "bad.jsonl").write_text("not json\n")
-    run = run_script("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "bad.jsonl"), "--json")
+    run = run_main("cleanup_model_cache", "verify", "--ledger", str(tmp_path / "bad.jsonl"), "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "cache.ledger_unreadable"
 
 
 def test_preflight_subcommand(tmp_path, seed):
     base = ("preflight", "--model", "org/tiny", "--cache-dir", str(tmp_path), "--seed-cache", str(seed))
-    run = run_script("cleanup_model_cache", *base, "--json", env=OFFLINE)
+    run = run_main("cleanup_model_cache", *base, "--json", env=OFFLINE)
     assert run.returncode == 0 and run.document["preflight"]["outcome"] == "fits"
-    run = run_script("cleanup_model_cache", *base, "--headroom-bytes", str(1 << 62), "--json", env=OFFLINE)
+    run = run_main("cleanup_model_cache", *base, "--headroom-bytes", str(1 << 62), "--json", env=OFFLINE)
     assert run.returncode == 3 and run.document["error"]["code"] == "cache.disk_too_small"
     assert run.document["error"]["details"]["size_source"] == "seed_snapshot"
-    run = run_script("cleanup_model_cache", "preflight", "--model", "org/other", "--cache-dir", str(tmp_path),
+    run = run_main("cleanup_model_cache", "preflight", "--model", "org/other", "--cache-dir", str(tmp_path),
                      "--json", env=OFFLINE)
     assert run.returncode == 0 and run.document["preflight"]["outcome"] == "unknown_size"

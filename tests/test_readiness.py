@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_script
+from conftest import run_main, run_script
 from sgl_diffusion_bench import presets
 from sgl_diffusion_bench.engine import fake_nvml, gpu
 from sgl_diffusion_bench.campaign import readiness
@@ -116,7 +116,7 @@ def test_a_malformed_hf_endpoint_is_a_clear_refusal_not_a_traceback(endpoint):
     assert hf_settings.endpoint_problem({"HF_ENDPOINT": endpoint})
     assert hf_settings.endpoint_problem({"HF_ENDPOINT": "https://hf-mirror.example/"}) is None
     assert hf_settings.endpoint_problem({}) is None
-    run = run_script("check_readiness", "--model", "flux", "--engine-capabilities", "recent", "--json",
+    run = run_main("check_readiness", "--model", "flux", "--engine-capabilities", "recent", "--json",
                      env={"HF_ENDPOINT": endpoint})
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.document["error"]["code"] == "config.bad_hf_endpoint"

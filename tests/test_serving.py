@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, assert_announced_and_summarised, run_script
+from conftest import SCRIPTS, assert_announced_and_summarised, run_main, run_script
 from sgl_diffusion_bench import contract, work_dirs
 from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.serving import metrics
@@ -292,7 +292,7 @@ def test_sample_manifest_is_read_by_the_engines_parser():
 
 @pytest.mark.parametrize("rate", ["0", "-1", "2,0", "inf", "nan"])
 def test_rate_zero_or_negative_is_a_usage_error(rate):
-    run = run_script("bench_diffusion_serving", *LOAD, f"--request-rate={rate}", "--json")
+    run = run_main("bench_diffusion_serving", *LOAD, f"--request-rate={rate}", "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.invalid_arguments"
     assert "request rate" in run.document["error"]["message"] or "not a number" in run.document["error"]["message"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, run_script
+from conftest import SCRIPTS, run_main, run_script
 from sgl_diffusion_bench.engine import engine_overlap
 from sgl_diffusion_bench.campaign import engine_starts, warm_grouping
 from sgl_diffusion_bench.judging.cell import Cell
@@ -228,7 +228,7 @@ def _all_parsers(parser: argparse.ArgumentParser):
 
 
 def test_a_prefix_is_refused_not_taken_for_a_longer_option():
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--engine-cap", "recent", "--dry-run",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--engine-cap", "recent", "--dry-run",
                      "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.invalid_arguments"
     parsed = importlib.import_module("sgl_diffusion_bench.cli.bench").build_parser().parse_args(["--engine", "warm"])
@@ -318,7 +318,7 @@ def test_samples_repeat_each_slot_with_distinct_files(tmp_path):
     plan = design.plan("abba", rounds=1, samples=3)
     assert [(s.position, s.sample) for s in plan.slots[:4]] == [("A1", 1), ("A1", 2), ("A1", 3), ("B1", 1)]
     assert len(plan.slots) == 12 and len(plan.to_json()["order"]) == 4
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "1",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "1",
                      "--samples", "2", "--engine-capabilities", "recent", "--label", "s", "--output-dir",
                      str(tmp_path), "--dry-run", "--json")
     run_ids = [r["run_id"] for r in run.document["runs"]]
@@ -389,7 +389,7 @@ def test_the_sequential_rule_gives_no_verdict_on_a_noisy_host_and_no_unreachable
 
 
 def test_budget_rounds_above_the_campaign_limit_is_refused_by_the_parser(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--until-verdict",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--until-verdict",
                      "--budget-rounds", "51", "--engine-capabilities", "recent", "--label", "u", "--output-dir",
                      str(tmp_path), "--dry-run", "--json")
     assert run.returncode == 2 and "--budget-rounds" in run.document["error"]["message"]
@@ -397,7 +397,7 @@ def test_budget_rounds_above_the_campaign_limit_is_refused_by_the_parser(tmp_pat
 
 @pytest.mark.parametrize("args", [["--campaign", "matrix"], []])
 def test_until_verdict_needs_one_ab_comparison(args, tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", *args, "--until-verdict",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-cpu", *args, "--until-verdict",
                      "--engine-capabilities", "recent", "--label", "u", "--output-dir", str(tmp_path), "--dry-run",
                      "--json")
     assert run.returncode == 2 and run.document["error"]["code"] == "usage.until_verdict_needs_ab"
@@ -484,11 +484,11 @@ def test_warm_is_the_default_runs_cold_where_it_cannot_and_is_refused_there_when
 def test_the_plan_names_each_presets_engine_mode(tmp_path):
     common = ["--model", "tiny-flux-cpu", "--engine-capabilities", "recent", "--label", "m", "--output-dir",
               str(tmp_path), "--dry-run", "--json"]
-    warm = run_script("bench_diffusion_denoise", *common, "--engine", "warm")
+    warm = run_main("bench_diffusion_denoise", *common, "--engine", "warm")
     assert warm.returncode == 0 and warm.document["engine_modes"] == [
         {"preset": "tiny-flux-cpu", "asked": "warm", "mode": "warm", "reason": "--engine warm"}]
-    refused = run_script("bench_diffusion_denoise", *common, "--extra-args=--profile", "--engine", "warm")
+    refused = run_main("bench_diffusion_denoise", *common, "--extra-args=--profile", "--engine", "warm")
     assert refused.returncode == 3 and refused.document["refusals"][0]["code"] == "engine.warm_unavailable"
-    default = run_script("bench_diffusion_denoise", *common, "--extra-args=--profile")  # the default falls back
+    default = run_main("bench_diffusion_denoise", *common, "--extra-args=--profile")  # the default falls back
     (mode,) = default.document["engine_modes"]
     assert default.returncode == 0 and mode["mode"] == "cold" and "torch profiler" in mode["reason"]

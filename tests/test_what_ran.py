@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_FIXTURES, run_main, run_script
+from conftest import TEST_FIXTURES, run_main
 from sgl_diffusion_bench import contract, presets
 from sgl_diffusion_bench.engine import capabilities
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design, request_setup, run_record
@@ -116,21 +116,21 @@ def test_a_flag_given_twice_is_refused_before_anything_runs(extra, flag, tmp_pat
 
 
 def test_a_collision_names_the_arm_option_it_came_from_and_offers_the_override():
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "ab", "--rounds", "1",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "ab", "--rounds", "1",
                      "--arm-b-args=--dit-cpu-offload true", *RECENT, "--dry-run", "--json")
     error = run.document["error"]
     assert run.returncode == 2 and error["code"] == "usage.duplicate_flag"
     assert error["details"]["duplicates"] == {"--dit-cpu-offload": ["preset tiny-flux-gpu", "--arm-b-args"]}
     assert "--arm-b-args" in error["message"] and "--extra-args" not in error["message"]
     assert "--arm-b-override-flag dit-cpu-offload=VALUE" in error["hint"]
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--extra-args=--vae-cpu-offload true",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--extra-args=--vae-cpu-offload true",
                      *RECENT, "--dry-run", "--json")
     assert run.returncode == 2 and "(by preset tiny-flux-gpu and --extra-args)" in run.document["error"]["message"]
     assert "--arm-b-override-flag vae-cpu-offload=VALUE" in run.document["error"]["hint"]
 
 
 def test_an_arm_override_changes_the_presets_flag_in_that_arm_only():
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "ab", "--rounds", "1",
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--campaign", "ab", "--rounds", "1",
                      "--arm-b-override-flag", "dit-cpu-offload=true", "--arm-a-override-flag=--pin-cpu-memory=true",
                      *RECENT, "--dry-run", "--json")
     assert run.returncode == 0, run.stderr
@@ -151,7 +151,7 @@ def test_an_arm_override_changes_the_presets_flag_in_that_arm_only():
     (["--campaign", "ab", "--arm-b-override-flag", "a=1", "--arm-b-override-flag=--a=2"], "names --a twice"),
     (["--campaign", "aa", "--arm-b-override-flag", "dit-cpu-offload=true"], "only apply to --campaign ab")])
 def test_a_bad_arm_override_is_refused_naming_its_option(args, says):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--rounds", "1", *args, *RECENT,
+    run = run_main("bench_diffusion_denoise", "--model", "tiny-flux-gpu", "--rounds", "1", *args, *RECENT,
                      "--dry-run", "--json")
     assert run.returncode == 2 and says in run.document["error"]["message"], run.document
     assert run.document["error"]["code"] in ("usage.bad_flag_override", "usage.arm_args_need_ab")
