@@ -281,7 +281,8 @@ def test_every_raised_error_code_is_in_the_registry_and_no_other():
 
 # Values that are someone else's names keep their spelling: engine flags, environment variables, engine releases,
 # local model builders, and dotted field paths.
-FOREIGN_VALUE = re.compile(r"--[a-z-]+|[A-Z][A-Z0-9_]+|sglang-\d+\.\d+(\.\d+)?|tiny-flux|[a-z_]+(\.[a-z_]+)+")
+FOREIGN_VALUE = re.compile(r"--[a-z-]+|[A-Z][A-Z0-9_]+|sglang-\d+\.\d+(\.\d+)?|tiny-[a-z0-9]+(-[a-z0-9]+)*"
+                           r"|[a-z_]+(\.[a-z_]+)+")
 
 
 def enumerated_values() -> dict[str, set[str]]:

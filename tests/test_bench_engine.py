@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from conftest import HF_TOKEN_CANARY, SCRIPTS, TEST_FIXTURES, assert_announced_and_summarised, run_script
-from engine_release import INSTALLED, OLDER_RELEASE, expects
+from engine_release import FLUX_GAPS_0510, INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench import contract, presets
 from sgl_diffusion_bench.engine import command_builder, engine_probe, tiny_model
 from sgl_diffusion_bench.campaign import bench_runner, campaign_context, design
@@ -42,7 +42,7 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
     assert identity["kind"] == "byte_identity" and identity["identical"] and identity["passed"]
     adapter = doc["engine"]["adapter"]
     if INSTALLED == OLDER_RELEASE:  # every gap filled; memory is the b5 stand-in's process RSS
-        assert [p for p in adapter["applied"] if p in sgl_cpu_adapter.GAPS] == list(sgl_cpu_adapter.GAPS)
+        assert [p for p in adapter["applied"] if p in sgl_cpu_adapter.GAPS] == FLUX_GAPS_0510
         assert all(c["perf"]["memory_kind"] == "process_rss" for c in cells)
     else:  # 0.5.23: only the b0 gap (and the forked worker), and the engine records no memory on CPU
         assert adapter["active"] and adapter["applied"] == ["b0", "fork"] and adapter["memory_source"] is None
@@ -76,7 +76,7 @@ def _runner(tmp_path: Path, label: str, model_path: Path, extra_args=(), caller_
 
 def test_a_fallback_run_is_stopped_within_seconds_of_the_fallback_line(tmp_path, monkeypatch):
     full_run_s = json.loads((TEST_FIXTURES / "engine-cpu-0.5.10" / "fallback-auto" / "run.json").read_text())["wall_s"]
-    unresolved = tiny_model.ensure_tiny_flux(name=tiny_model.UNRESOLVED_NAME)
+    unresolved = tiny_model.ensure_local_model(name=tiny_model.UNRESOLVED_NAME)
     # The runner pins the native backend and refuses a second --backend; only an auto backend can fall back, so the
     # pin itself is swapped to reach the engine's real fallback line.
     monkeypatch.setattr(command_builder, "BACKEND_PIN", "--backend=auto")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_FIXTURES
-from engine_release import OLDER_RELEASE, expects
+from engine_release import FLUX_GAPS_0510, OLDER_RELEASE, expects
 from sgl_diffusion_bench.engine import engine_process, tiny_model
 from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
@@ -31,7 +31,7 @@ FALLBACK_MARKERS = ("Falling back to diffusers backend", "Using diffusers backen
 @pytest.fixture(scope="module")
 def models() -> dict[str, Path]:
     cache = tiny_model.default_cache_dir()
-    return {name: tiny_model.ensure_tiny_flux(cache, name) for name in (tiny_model.NATIVE_NAME,
+    return {name: tiny_model.ensure_local_model(cache_dir=cache, name=name) for name in (tiny_model.NATIVE_NAME,
                                                                         tiny_model.UNRESOLVED_NAME)}
 
 
@@ -68,7 +68,7 @@ def test_native_run_takes_the_sglang_path_with_the_adapter_in_both_processes(eng
     assert perf["memory_checkpoints"]["after_forward"]["peak_reserved_mb"] > 0  # b5: process RSS
     adapter = sgl_cpu_adapter.summarize(log.splitlines())
     assert len(adapter["pids"]) == 2  # CLI and spawned worker
-    assert [p for p in adapter["applied"] if p in sgl_cpu_adapter.GAPS] == list(sgl_cpu_adapter.GAPS)
+    assert [p for p in adapter["applied"] if p in sgl_cpu_adapter.GAPS] == FLUX_GAPS_0510
     assert adapter["memory_source"] == "process_rss"
 
 

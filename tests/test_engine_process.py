@@ -152,8 +152,8 @@ def test_cpu_adapter_env_puts_the_adapter_first_and_validates_switches():
     assert env["HF_HUB_OFFLINE"] == "1" and env[switch] == "b5,b6"
     assert switch not in engine_process.cpu_adapter_env(base)
     assert base[switch] == "b1"  # the caller's dict is not modified
-    with pytest.raises(ValueError, match="b7"):
-        engine_process.cpu_adapter_env({}, ["b7"])
+    with pytest.raises(ValueError, match="b9"):
+        engine_process.cpu_adapter_env({}, ["b9"])
 
 
 def test_the_switch_is_not_a_name_sglang_claims():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sgl_diffusion_bench import presets
+from sgl_diffusion_bench import contract, presets
 from sgl_diffusion_bench.engine import tiny_model
 
 pytestmark = pytest.mark.torch  # builds the model with torch
@@ -23,7 +23,8 @@ def digests(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def two_builds(tmp_path_factory):
     first, second = tmp_path_factory.mktemp("first"), tmp_path_factory.mktemp("second")
-    return tiny_model.ensure_tiny_flux(first), tiny_model.ensure_tiny_flux(second, tiny_model.UNRESOLVED_NAME)
+    return tiny_model.ensure_local_model(cache_dir=first), tiny_model.ensure_local_model(cache_dir=second,
+                                                                                 name=tiny_model.UNRESOLVED_NAME)
 
 
 def test_rebuilds_are_byte_identical_whatever_the_name(two_builds):
@@ -50,7 +51,7 @@ def test_components_fit_the_flux_constraints(two_builds):
 def test_ensure_is_idempotent_and_leaves_no_staging_dirs(two_builds):
     native, _ = two_builds
     before = {path: path.stat().st_mtime_ns for path in native.rglob("*")}
-    assert tiny_model.ensure_tiny_flux(native.parent) == native
+    assert tiny_model.ensure_local_model(cache_dir=native.parent) == native
     assert {path: path.stat().st_mtime_ns for path in native.rglob("*")} == before
     assert [p.name for p in native.parent.iterdir()] == [native.name]
 
@@ -72,7 +73,7 @@ def test_a_build_started_beside_the_probe_is_finished_by_the_run_that_asks(monke
     assert not (tmp_path / "made").exists()
     tiny_model.build_beside_probe(preset, model_path=None)
     assert [p.name.startswith(".tiny-FLUX.1-dev.building-") for p in cache.iterdir()] == [True]
-    built = tiny_model.ensure_tiny_flux()
+    built = tiny_model.ensure_local_model()
     assert built == cache / tiny_model.NATIVE_NAME and (built / "model_index.json").is_file()
     assert [p.name for p in cache.iterdir()] == [tiny_model.NATIVE_NAME]
     err = capsys.readouterr().err.splitlines()
@@ -91,3 +92,30 @@ def test_a_build_nobody_asked_for_is_stopped_and_leaves_nothing(monkeypatch, tmp
     assert (tmp_path / "theirs" / "made").is_dir()
     tiny_model.cancel_early_builds()  # the run was refused after its probe
     assert [p.name for p in tmp_path.iterdir()] == ["theirs"] and not any((tmp_path / "theirs").iterdir())
+
+
+@pytest.fixture(scope="module")
+def wan(tmp_path_factory):
+    return tiny_model.ensure_local_model("tiny-wan-t2v", tmp_path_factory.mktemp("wan"))
+
+
+def test_the_tiny_wan_has_the_shapes_the_engine_needs_and_stays_small(wan):
+    index = json.loads((wan / "model_index.json").read_text())
+    assert index["_class_name"] == "WanPipeline" and wan.name == "tiny-Wan2.1-T2V-1.3B-Diffusers"
+    load = lambda part: json.loads((wan / part / "config.json").read_text())  # noqa: E731
+    dit, vae, umt5 = load("transformer"), load("vae"), load("text_encoder")
+    assert dit["in_channels"] == dit["out_channels"] == vae["z_dim"] and dit["text_dim"] == umt5["d_model"]
+    assert umt5["architectures"] == ["UMT5EncoderModel"]
+    assert 2 ** (len(vae["dim_mult"]) - 1) == 8 and sum(vae["temperal_downsample"]) == 2  # 8x space, 4x time
+    assert sum(p.stat().st_size for p in wan.rglob("*") if p.is_file()) < 2_000_000
+
+
+def test_the_tiny_wan_rebuilds_byte_identically(wan, tmp_path):
+    assert digests(tiny_model.ensure_local_model("tiny-wan-t2v", tmp_path)) == digests(wan)
+
+
+def test_an_unknown_local_model_is_refused_naming_those_there_are():
+    with pytest.raises(contract.InputError, match="no builder for local model 'tiny-sdxl'") as refused:
+        tiny_model.local_model_path("tiny-sdxl", build=False)
+    assert refused.value.code == "input.unknown_local_model"
+    assert refused.value.hint == "use local_model: tiny-flux or tiny-wan-t2v"

@@ -293,8 +293,9 @@ def test_a_config_file_preset_on_engines_that_alternate_in_blocks(tmp_path):
     preset = dataclasses.replace(presets.get_preset("tiny-flux-cpu"), config_overrides={"guidance_scale": 3.5})
     settings = CampaignSettings(label="blocks", output_root=tmp_path, engine_mode="warm",
                                 warm_schedule="alternating_blocks")
+    model_path = str(tiny_model.ensure_local_model())
     ctx = CampaignContext.build(preset, design.plan("ab", rounds=1, arm_b_args=["--log-level", "info"]), settings,
-                                engine_probe.probe_engine().capabilities, model_path=str(tiny_model.ensure_tiny_flux()),
+                                engine_probe.probe_engine().capabilities, model_path=model_path,
                                 site=Site(use_cpu_adapter=True))
     runner = bench_runner.CampaignRunner(ctx, asset_filenames={})
     doc = runner.run()

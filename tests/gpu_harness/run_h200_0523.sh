@@ -50,7 +50,7 @@ pipeline() {
         python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
         python3 -m pip list 2>/dev/null | grep -i -E '^(sglang|diffusers|transformers|tokenizers|apache-tvm-ffi|torch|triton|nvidia-ml-py|flash.attn.*|sgl.kernel) '
     } >"$EV/machine.txt" 2>&1
-    step tiny 300 python3 -c 'import json; from sgl_diffusion_bench.engine.tiny_model import ensure_tiny_flux; print(json.dumps(str(ensure_tiny_flux())))'
+    step tiny 300 python3 -c 'import json; from sgl_diffusion_bench.engine.tiny_model import ensure_local_model; print(json.dumps(str(ensure_local_model())))'
     tiny=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' "$EV/tiny.json" 2>/dev/null)
     [ -f "$MODEL/model_index.json" ] || step build 300 python3 tests/gpu_harness/build_flux_dev_shaped.py "$MODEL" "$tiny"
     step inspect 200 python3 scripts/diffusion_skill_env.py inspect --json

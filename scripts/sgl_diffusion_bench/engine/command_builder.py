@@ -196,7 +196,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     """The invocation for one run, or a ToolError naming why it cannot be built.
 
     ``model_path`` is required for presets with ``local_model`` (the caller resolves it, e.g. with
-    ``tiny_model.ensure_tiny_flux``); ``asset_filenames`` maps asset ids to file names in ``assets_dir``.
+    ``tiny_model.ensure_local_model``); ``asset_filenames`` maps asset ids to file names in ``assets_dir``.
     """
     options.validate()
     _check_buildable(preset, model_path)
@@ -238,7 +238,7 @@ def _check_buildable(preset: Preset, model_path: str | None) -> None:
     if preset.local_model and not model_path:
         raise contract.PreconditionError("preset.local_model_unresolved",
                                          f"preset {preset.name!r} needs the local model {preset.local_model!r}",
-                                         "resolve it first (sgl_diffusion_bench.engine.tiny_model.ensure_tiny_flux)")
+                                         "resolve it first (sgl_diffusion_bench.engine.tiny_model.ensure_local_model)")
 
 
 @dataclasses.dataclass(frozen=True)

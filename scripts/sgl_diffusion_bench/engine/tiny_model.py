@@ -1,4 +1,5 @@
-"""A tiny random-weight FLUX.1 pipeline in diffusers format, built locally (no hub), so the real engine runs on CPU.
+"""Tiny random-weight pipelines in diffusers format (FLUX.1 text-to-image, Wan2.1 text-to-video), built locally (no
+hub), so the real engine runs every kind of model on CPU.
 
 The directory name decides how sglang 0.5.10.post1 resolves it: a basename containing "FLUX.1" resolves to the
 native FLUX.1 config (``tiny-FLUX.1-dev``); any other name (``tinyflux``) does not, which makes ``--backend auto``
@@ -25,6 +26,9 @@ from ..presets import Preset
 
 NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
+# local_model -> (directory name the engine resolves natively, builder in this module)
+LOCAL_MODELS = {"tiny-flux": (NATIVE_NAME, "build_tiny_flux"),
+                "tiny-wan-t2v": ("tiny-Wan2.1-T2V-1.3B-Diffusers", "build_tiny_wan_t2v")}
 CACHE_ENV = bench_env.TINY_MODEL_DIR
 CLIP_HIDDEN = 32  # == FluxTransformer2DModel.pooled_projection_dim
 T5_D_MODEL = 32  # == FluxTransformer2DModel.joint_attention_dim
@@ -49,18 +53,19 @@ def default_cache_dir() -> Path:
     return work_dirs.work_root()[0] / ".cache" / "tiny-models" / transformers_tag()
 
 
-def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> Path:
-    """The tiny FLUX.1 directory ``<cache_dir>/<name>``, built if missing (or the build ``build_beside_probe``
-    started, finished); pass UNRESOLVED_NAME for fallback tests."""
-    target = Path(cache_dir or default_cache_dir()) / name
+def ensure_local_model(local_model: str = "tiny-flux", cache_dir: Path | None = None, name: str | None = None) -> Path:
+    """The tiny model's directory ``<cache_dir>/<name>``, built if missing (or the build ``build_beside_probe``
+    started, finished); for tiny-flux, name=UNRESOLVED_NAME builds it where the engine does not resolve it natively."""
+    dir_name, builder = LOCAL_MODELS[local_model]
+    target = Path(cache_dir or default_cache_dir()) / (name or dir_name)
     early = _early_builds.pop(target, None)
     if (target / "model_index.json").is_file():
         if early is not None:
             _cancel(*early)
         return target
-    with progress.phase(f"tiny model: building {name}", "random weights, once per cache folder: "
+    with progress.phase(f"tiny model: building {target.name}", "random weights, once per cache folder: "
                         f"{target.parent}" + ("; started beside the engine probe" if early else "")) as ticker:
-        proc, staging, _ = early or _start_build(target)
+        proc, staging, _ = early or _start_build(target, builder)
         try:
             _finish_build(proc, ticker)
             try:
@@ -76,15 +81,16 @@ def ensure_tiny_flux(cache_dir: Path | None = None, name: str = NATIVE_NAME) -> 
 def build_beside_probe(preset: Preset, model_path: str | None) -> None:
     """Start building the tiny model a real run of ``preset`` will need while the engine probe imports sglang (on a
     fresh machine each takes one core for seconds). It stays in its staging folder until the run asks for it
-    (``ensure_tiny_flux``) and is removed if the run ends first: a refused run leaves nothing behind."""
-    if model_path or preset.local_model != "tiny-flux":
+    (``ensure_local_model``) and is removed if the run ends first: a refused run leaves nothing behind."""
+    if model_path or preset.local_model not in LOCAL_MODELS:
         return
-    target = default_cache_dir() / NATIVE_NAME
+    dir_name, builder = LOCAL_MODELS[preset.local_model]
+    target = default_cache_dir() / dir_name
     if target in _early_builds or (target / "model_index.json").is_file():
         return
     if not _early_builds:
         atexit.register(cancel_early_builds)
-    _early_builds[target] = _start_build(target)
+    _early_builds[target] = _start_build(target, builder)
 
 
 def cancel_early_builds() -> None:
@@ -93,15 +99,15 @@ def cancel_early_builds() -> None:
         _cancel(*_early_builds.popitem()[1])
 
 
-def _start_build(target: Path) -> tuple[subprocess.Popen, Path, list[Path]]:
+def _start_build(target: Path, builder: str) -> tuple[subprocess.Popen, Path, list[Path]]:
     """A child Python building into a temporary sibling of ``target``: importing diffusers needs the CPU adapter's b0
     here (CUDA torchvision beside CPU torch), and its torch/diffusers imports (~500 MB) stay out of the caller."""
     made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the model is meant to be shared like any cache entry
-    code = "import sys, pathlib; from sgl_diffusion_bench.engine.tiny_model import build_tiny_flux; " \
-           "build_tiny_flux(pathlib.Path(sys.argv[1]))"
+    code = f"import sys, pathlib; from sgl_diffusion_bench.engine.tiny_model import {builder}; " \
+           f"{builder}(pathlib.Path(sys.argv[1]))"
     child_env = engine_process.cpu_adapter_env(dict(os.environ))
     child_env["PYTHONPATH"] += os.pathsep + str(paths.PACKAGE_DIR.parent)
     proc = subprocess.Popen([sys.executable, "-c", code, str(staging)], env=child_env, stdout=subprocess.DEVNULL,
@@ -117,7 +123,7 @@ def _finish_build(proc: subprocess.Popen, ticker: progress.Ticker) -> None:
         except subprocess.TimeoutExpired:
             ticker.tick()
     if proc.returncode != 0:
-        raise RuntimeError(f"building the tiny FLUX model failed (rc {proc.returncode}): {err[-2000:]}")
+        raise RuntimeError(f"building the tiny model failed (rc {proc.returncode}): {err[-2000:]}")
 
 
 def _cancel(proc: subprocess.Popen, staging: Path, made: list[Path]) -> None:
@@ -195,12 +201,39 @@ def build_tiny_flux(out_dir: Path) -> None:
 
 def local_model_path(name: str, build: bool) -> Path:
     """Where a local preset model lives; built only when ``build`` (a dry run only names the path)."""
-    if name != "tiny-flux":
+    if name not in LOCAL_MODELS:
         raise contract.InputError("input.unknown_local_model", f"no builder for local model {name!r}",
-                                  "use local_model: tiny-flux")
+                                  f"use local_model: {' or '.join(LOCAL_MODELS)}")
     if build:
-        return ensure_tiny_flux()
-    return default_cache_dir() / NATIVE_NAME
+        return ensure_local_model(name)
+    return default_cache_dir() / LOCAL_MODELS[name][0]
+
+
+def build_tiny_wan_t2v(out_dir: Path) -> None:
+    """A Wan2.1 text-to-video pipeline (UMT5 encoder, Wan transformer, Wan VAE) at about the smallest shapes the
+    engine accepts: 8x spatial and 4x temporal compression as in the real model, 2x2 patches, one block."""
+    import torch
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    tokenizer = _t5_tokenizer()
+    torch.manual_seed(0)
+    text_encoder = UMT5EncoderModel(UMT5Config(
+        vocab_size=len(tokenizer), d_model=T5_D_MODEL, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        feed_forward_proj="gated-gelu", relative_attention_num_buckets=8, decoder_start_token_id=0))
+    torch.manual_seed(1)
+    transformer = WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=LATENT_CHANNELS,
+        out_channels=LATENT_CHANNELS, text_dim=T5_D_MODEL, freq_dim=16, ffn_dim=32, num_layers=1, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=32)
+    torch.manual_seed(2)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=LATENT_CHANNELS, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           temperal_downsample=[False, True, True], latents_mean=[0.0] * LATENT_CHANNELS,
+                           latents_std=[1.0] * LATENT_CHANNELS)
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                        num_train_timesteps=1000, flow_shift=3.0)
+    WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                scheduler=scheduler).save_pretrained(out_dir)
 
 
 def local_model_dir(path_text: str, preset: Preset, *, must_exist: bool) -> tuple[str, list[dict[str, str]]]:
@@ -231,4 +264,4 @@ def model_location(preset: Preset, model_path: str | None, *, build: bool) -> tu
     path = local_model_path(preset.local_model, build)
     missing = not build and not (path / "model_index.json").is_file()
     return str(path), [{"code": "model.not_built", "message": f"{path} does not exist yet; a real run builds it "
-                        "first (tiny_model.ensure_tiny_flux)"}] if missing else []
+                        "first (tiny_model.ensure_local_model)"}] if missing else []

@@ -11,8 +11,8 @@ loads (or when the engine first reaches for the missing API) and says what it di
     [sgl-cpu-adapter] b0 applied (pid 123): torchvision's C ops did not load; defined torchvision::nms/qnms
     [sgl-cpu-adapter] b2 not-needed (pid 123): CpuPlatform defines get_local_torch_device itself
 
-sglang 0.5.10.post1 needs all of them; 0.5.23 brings its own CPU platform and needs only b0 (a CUDA-built torchvision
-beside CPU torch). Patches (ids as in the CPU-engine reference; switch any off with
+sglang 0.5.10.post1 needs b0-b6; 0.5.23 brings its own CPU platform and needs b0 (a CUDA-built torchvision beside CPU
+torch), and b7 for the Wan blocks. Patches (ids as in the CPU-engine reference; switch any off with
 DIFFUSION_BENCH_CPU_ADAPTER_DISABLE=b5,b6 or =all; sglang claims every SGL_* and SGLANG_* variable as its own):
   b0  define torchvision::nms/qnms schemas when torchvision's C ops failed to load (CUDA wheel beside CPU torch)
   b1  torch.cpu.get_device_properties, when the engine asks torch.cpu for it (Triton autotune configs at import)
@@ -23,6 +23,8 @@ DIFFUSION_BENCH_CPU_ADAPTER_DISABLE=b5,b6 or =all; sglang claims every SGL_* and
   b5  torch.cpu memory API (reset_peak_memory_stats, max_memory_*, ...), when the engine asks torch.cpu for it:
       its figures are process RSS, not device memory
   b6  point the Triton diffusion kernels at sglang's own pure-torch fallbacks, when the engine has no CPU fallback
+  b7  sgl-kernel's CPU ops (torch.ops.sgl_kernel.*_cpu) the scale-shift modulation and norm-scale-shift layers call,
+      when no sgl-kernel is installed: the engine's own torch fallback / native code instead, uncompiled (Wan's blocks)
 One patch fills no gap; it saves CPU time, on CPU only (a GPU forbids forking once CUDA is up):
   fork  in offline generation the scheduler worker forks from the CLI, which has already imported sglang, instead of
         spawning a fresh interpreter that imports it again (about 40 % of an engine start's CPU time); the worker runs
@@ -33,12 +35,13 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
 from typing import Any, Callable, Iterable
 
-GAPS = ("b0", "b1", "b2", "b2a", "b3", "b4", "b5", "b6")
+GAPS = ("b0", "b1", "b2", "b2a", "b3", "b4", "b5", "b6", "b7")
 PATCHES = (*GAPS, "fork")
 # Not SGL_*/SGLANG_*: sglang rewrites every SGL_* variable to SGLANG_* with a deprecation warning in each process.
 DISABLE_ENV = "DIFFUSION_BENCH_CPU_ADAPTER_DISABLE"
@@ -56,6 +59,7 @@ _MEMORY_API = ("reset_peak_memory_stats", "max_memory_reserved", "max_memory_all
 _UNREACHED = {"b1": "the engine never asked torch.cpu for get_device_properties",
               "b4": "the engine never called init_process_group",
               "b5": "the engine never asked torch.cpu for the memory API torch lacks (it records no memory on CPU)",
+              "b7": "the engine called no layer whose sgl-kernel CPU op is missing (FLUX's blocks call none)",
               "fork": "the engine started no scheduler worker"}
 _PLATFORM_METHODS = {"b2": "get_local_torch_device", "b2a": "get_attn_backend_cls_str",
                      "b3": "get_torch_distributed_backend_str"}
@@ -258,6 +262,45 @@ def _patch_triton(module: Any) -> None:
                              "fallbacks")
 
 
+def _applied_once(hooks: "_Hooks", patch: str, reason: str) -> None:
+    if patch not in hooks.applied:
+        hooks.applied.add(patch)
+        _report(patch, "applied", reason)
+
+
+def _lazy_scale_shift(hooks: "_Hooks", module: Any) -> None:
+    """b7: the modulation's CPU op without sgl-kernel: the engine's torch fallback (as on MPS), from the first call."""
+    cpu_impl = getattr(module, "_fuse_scale_shift_kernel_cpu", None)
+    if importlib.util.find_spec("sgl_kernel") or cpu_impl is None or module.fuse_scale_shift_kernel is not cpu_impl:
+        return
+    from sglang.kernels.ops.diffusion.common.platform import lazy_fallback
+    fallback = lazy_fallback("torch", "fuse_scale_shift_kernel_native")
+
+    def fuse_scale_shift_kernel(*args: Any, **kwargs: Any) -> Any:
+        _applied_once(hooks, "b7", "the engine called the scale-shift modulation's CPU op, which no installed "
+                                   "sgl-kernel registers; it runs the engine's torch fallback")
+        return fallback(*args, **kwargs)
+    module.fuse_scale_shift_kernel = fuse_scale_shift_kernel
+
+
+def _lazy_norm_layers(hooks: "_Hooks", module: Any) -> None:
+    """b7: these layers' CPU ops without sgl-kernel: their native code, uncompiled (torch.compile would build C++)."""
+    if importlib.util.find_spec("sgl_kernel"):
+        return
+    for name in ("_NormScaleShift", "_ScaleResidualNormScaleShift"):
+        cls = getattr(module, name, None)
+        if cls is None or "forward_cpu" not in vars(cls):
+            continue
+        native = cls.forward_native
+        eager = getattr(native, "_torchdynamo_orig_callable", native)
+
+        def forward_cpu(self: Any, *args: Any, _eager: Any = eager, _name: str = name, **kwargs: Any) -> Any:
+            _applied_once(hooks, "b7", f"the engine called {_name}'s CPU path, whose op no installed sgl-kernel "
+                                       "registers; it runs the layer's native torch code, uncompiled")
+            return _eager(self, *args, **kwargs)
+        cls.forward_cpu = forward_cpu
+
+
 def _fork_workers(module: Any, hooks: "_Hooks") -> None:
     """``launch_server`` starts the scheduler workers with ``mp.get_context("spawn")``: for offline generation
     (``sglang generate``, ``DiffGenerator``) its ``mp`` becomes multiprocessing with spawn read as fork. A server
@@ -305,6 +348,8 @@ HOOKS: list[tuple[str, str, str, Callable[[Any, Any], None]]] = [
      lambda hooks, module: _patch_init_process_group(module)),
     *[(_TRITON + name, "post", "b6", lambda hooks, module: _patch_triton(module))
       for name in ("rotary", "norm", "rmsnorm_onepass", "scale_shift")],
+    ("sglang.kernels.ops.diffusion.modulate.scale_shift_triton", "post", "b7", _lazy_scale_shift),
+    ("sglang.multimodal_gen.runtime.layers.layernorm", "post", "b7", _lazy_norm_layers),
     ("sglang.multimodal_gen.runtime.launch_server", "post", "fork", lambda hooks, module: _fork_workers(module, hooks)),
 ]
 
