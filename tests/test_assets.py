@@ -33,11 +33,15 @@ def mirror(tmp_path):
     server.server_close()
 
 
+def _downloaded() -> list[assets.Asset]:
+    return [a for a in assets.load_manifest() if a.source["kind"] != "bundled"]
+
+
 def _serve_all(root: Path) -> dict[str, str]:
-    """Every manifest file, each with distinct real content; returns filename -> sha256."""
+    """Every manifest file a fetch downloads, each with distinct real content; returns filename -> sha256."""
     source = REAL_PNG.read_bytes() if REAL_PNG.exists() else b"\x89PNG\r\n\x1a\n" + bytes(range(256))
     hashes = {}
-    for i, asset in enumerate(assets.load_manifest()):
+    for i, asset in enumerate(_downloaded()):
         data = source + bytes([i])
         (root / asset.filename).write_bytes(data)
         hashes[asset.filename] = hashlib.sha256(data).hexdigest()
@@ -55,7 +59,10 @@ def test_manifest_sources_and_honest_null_hashes():
                                       "filename": "diffusers/cat.png", "repo_type": "dataset"}
     assert manifest["qwen-edit-input"].source["url"].endswith("/TI2I_Qwen_Image_Edit_Input.jpg")
     assert manifest["mova-single-person"].source["kind"] == "unresolved"
-    assert all(a.sha256 is None for a in manifest.values())  # nobody has verified them yet
+    assert all(a.sha256 is None for a in _downloaded())  # nobody has verified them yet
+    bundled = manifest["tiny-input"]
+    assert bundled.source == {"kind": "bundled"}
+    assert hashlib.sha256((assets.BUNDLED_DIR / bundled.filename).read_bytes()).hexdigest() == bundled.sha256
 
 
 def test_first_fetch_downloads_and_records_then_verifies(tmp_path, mirror):
@@ -64,6 +71,8 @@ def test_first_fetch_downloads_and_records_then_verifies(tmp_path, mirror):
     first = _fetch(tmp_path, url)
     assert first.returncode == 0, first.stderr
     statuses = {a["filename"]: (a["status"], a["hash_source"], a["sha256"]) for a in first.document["assets"]}
+    bundled = statuses.pop("tiny_input_64.png")  # copied from the bundle, whatever the mirror holds
+    assert bundled[:2] == ("downloaded", "pinned")
     assert statuses == {name: ("unpinned", "recorded", digest) for name, digest in hashes.items()}
     assets_dir = tmp_path / "work" / "inputs" / "diffusion_benchmark" / "figs"
     lock = json.loads((assets_dir / "assets.lock.json").read_text())
@@ -74,14 +83,14 @@ def test_first_fetch_downloads_and_records_then_verifies(tmp_path, mirror):
     second = _fetch(tmp_path, url)
     assert second.returncode == 0
     assert {a["status"] for a in second.document["assets"]} == {"present"}
-    assert {a["hash_source"] for a in second.document["assets"]} == {"lock"}
+    assert {a["hash_source"] for a in second.document["assets"]} == {"lock", "pinned"}
 
     (assets_dir / "cat.png").write_bytes(b"tampered")
     third = _fetch(tmp_path, url)
     assert third.returncode == 1 and not third.document["ok"]
     cat = next(a for a in third.document["assets"] if a["id"] == "cat")
     assert cat["status"] == "hash_mismatch" and cat["expected_sha256"] == hashes["cat.png"]
-    assert third.document["counts"] == {"hash_mismatch": 1, "present": 3}
+    assert third.document["counts"] == {"hash_mismatch": 1, "present": 4}
 
     (assets_dir / "cat.png").unlink()  # gone: re-downloaded and checked against the recorded hash
     fourth = _fetch(tmp_path, url)
@@ -111,6 +120,16 @@ def test_pinned_hash_mismatch_on_download_is_not_installed(tmp_path, mirror):
                         hashlib.sha256((root / "cat.png").read_bytes()).hexdigest())
     outcomes, _ = assets.fetch_assets(tmp_path / "figs", (good,), download=assets.make_downloader())
     assert (outcomes[0].status, outcomes[0].hash_source) == ("downloaded", "pinned")
+
+
+def test_a_run_installs_the_bundled_assets_it_lacks_and_only_those(tmp_path):
+    figs = tmp_path / "figs"
+    wanted = {figs / "tiny_input_64.png", figs / "cat.png"}
+    assets.install_bundled(figs, wanted)
+    assert sorted(p.name for p in figs.iterdir()) == ["tiny_input_64.png"]  # the hub one still needs --fetch-assets
+    assert (figs / "tiny_input_64.png").read_bytes() == (assets.BUNDLED_DIR / "tiny_input_64.png").read_bytes()
+    assets.install_bundled(tmp_path / "other", set())  # nothing wanted: nothing made
+    assert not (tmp_path / "other").exists()
 
 
 def test_unresolved_source_without_mirror_is_missing_with_a_hint(tmp_path):

@@ -119,3 +119,16 @@ def test_an_unknown_local_model_is_refused_naming_those_there_are():
         tiny_model.local_model_path("tiny-sdxl", build=False)
     assert refused.value.code == "input.unknown_local_model"
     assert refused.value.hint == "use local_model: tiny-flux or tiny-wan-t2v"
+
+
+def test_the_tiny_wan_i2v_conditions_on_an_image_as_the_published_checkpoints_do(tmp_path):
+    i2v = tiny_model.ensure_local_model("tiny-wan-i2v", tmp_path)
+    index = json.loads((i2v / "model_index.json").read_text())
+    assert index["_class_name"] == "WanImageToVideoPipeline" and index["image_encoder"][1] == "CLIPVisionModel"
+    load = lambda part: json.loads((i2v / part / "config.json").read_text())  # noqa: E731
+    dit, vae, clip = load("transformer"), load("vae"), load("image_encoder")
+    assert dit["in_channels"] == 2 * vae["z_dim"] + 4 and dit["image_dim"] == clip["hidden_size"]
+    from safetensors import safe_open
+    with safe_open(i2v / "image_encoder" / "model.safetensors", "pt") as weights:
+        assert all(name.startswith("vision_model.") for name in weights.keys())
+    assert sum(p.stat().st_size for p in i2v.rglob("*") if p.is_file()) < 2_000_000

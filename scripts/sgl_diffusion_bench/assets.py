@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 from . import contract, datafile, fileio, paths
 
 ASSETS_FILE = paths.DATA_DIR / "assets.yaml"
+BUNDLED_DIR = paths.DATA_DIR / "assets"  # assets of kind "bundled": shipped here, installed without a download
 LOCK_FILE_NAME = "assets.lock.json"
 LOCK_SCHEMA_ID = "assets-lock.v1"
 DOWNLOAD_TIMEOUT_S = 60
@@ -39,6 +40,8 @@ class Asset:
             return f"hf://{self.source['repo_type']}s/{self.source['repo_id']}/{self.source['filename']}"
         if kind == "url":
             return self.source["url"]
+        if kind == "bundled":
+            return f"bundled: {BUNDLED_DIR / self.filename}"
         return f"unresolved: {self.source['description']}"
 
 
@@ -124,7 +127,9 @@ def make_downloader(base_url: str | None = None) -> Downloader:
     """Hub assets through huggingface_hub, URL assets over HTTPS; ``base_url`` (a mirror) serves every file by name."""
 
     def download(asset: Asset, dest: Path) -> None:
-        if base_url:
+        if asset.source["kind"] == "bundled":
+            shutil.copyfile(BUNDLED_DIR / asset.filename, dest)
+        elif base_url:
             _http_download(urllib.parse.urljoin(base_url.rstrip("/") + "/", asset.filename), dest)
         elif asset.source["kind"] == "hf_hub":
             _hub_download(asset.source, dest)
@@ -169,6 +174,16 @@ def fetch_one(asset: Asset, assets_dir: Path, lock: dict[str, dict[str, str]], d
         return FetchOutcome(asset, path, "unpinned", actual, None, "recorded",
                             "hash recorded on first use" + (" after download" if downloaded else ""))
     return FetchOutcome(asset, path, "downloaded" if downloaded else "present", actual, expected, hash_source)
+
+
+def install_bundled(assets_dir: Path, missing: set[Path]) -> None:
+    """Copy the bundled assets among ``missing`` into ``assets_dir`` (verified against their pinned hash): a run needs
+    no --fetch-assets for what the bundle ships."""
+    bundled = [a for a in load_manifest() if a.source["kind"] == "bundled" and assets_dir / a.filename in missing]
+    if bundled:
+        assets_dir.mkdir(parents=True, exist_ok=True)
+        for asset in bundled:
+            fetch_one(asset, assets_dir, {}, make_downloader())
 
 
 def fetch_assets(assets_dir: Path, manifest: tuple[Asset, ...] | None = None,

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
-from .. import contract, fileio, model_cache, presets, work_dirs
+from .. import assets, contract, fileio, model_cache, presets, work_dirs
 from ..engine import command_builder
 from . import (campaign_context, design, engine_mode, engine_starts, manifest_campaign, request_setup,
                run_claim, run_record, sequential, warm_campaign)
@@ -131,7 +131,10 @@ class CampaignRunner:
                 "run.label_taken", f"label {self.settings.label!r} was already used here: {taken[0]}",
                 "choose a new --label (or another --output-dir); earlier results are never overwritten",
                 details={"existing": taken[:10]})
-        missing = sorted({str(p) for inv in self.invocations for p in inv.required_assets if not p.is_file()})
+        wanted = {p for inv in self.invocations for p in inv.required_assets if not p.is_file()}
+        for folder in {p.parent for p in wanted}:
+            assets.install_bundled(folder, wanted)
+        missing = sorted(str(p) for p in wanted if not p.is_file())
         if missing:
             raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
                                              "run bench_diffusion_denoise.py --fetch-assets --json first")

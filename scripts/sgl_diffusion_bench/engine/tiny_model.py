@@ -1,5 +1,5 @@
-"""Tiny random-weight pipelines in diffusers format (FLUX.1 text-to-image, Wan2.1 text-to-video), built locally (no
-hub), so the real engine runs every kind of model on CPU.
+"""Tiny random-weight pipelines in diffusers format (FLUX.1 text-to-image, Wan2.1 text-to-video and image-to-video),
+built locally (no hub), so the real engine runs every kind of model on CPU.
 
 The directory name decides how sglang 0.5.10.post1 resolves it: a basename containing "FLUX.1" resolves to the
 native FLUX.1 config (``tiny-FLUX.1-dev``); any other name (``tinyflux``) does not, which makes ``--backend auto``
@@ -28,7 +28,8 @@ NATIVE_NAME = "tiny-FLUX.1-dev"
 UNRESOLVED_NAME = "tinyflux"
 # local_model -> (directory name the engine resolves natively, builder in this module)
 LOCAL_MODELS = {"tiny-flux": (NATIVE_NAME, "build_tiny_flux"),
-                "tiny-wan-t2v": ("tiny-Wan2.1-T2V-1.3B-Diffusers", "build_tiny_wan_t2v")}
+                "tiny-wan-t2v": ("tiny-Wan2.1-T2V-1.3B-Diffusers", "build_tiny_wan_t2v"),
+                "tiny-wan-i2v": ("tiny-Wan2.1-I2V-14B-480P-Diffusers", "build_tiny_wan_i2v")}
 CACHE_ENV = bench_env.TINY_MODEL_DIR
 CLIP_HIDDEN = 32  # == FluxTransformer2DModel.pooled_projection_dim
 T5_D_MODEL = 32  # == FluxTransformer2DModel.joint_attention_dim
@@ -209,11 +210,11 @@ def local_model_path(name: str, build: bool) -> Path:
     return default_cache_dir() / LOCAL_MODELS[name][0]
 
 
-def build_tiny_wan_t2v(out_dir: Path) -> None:
-    """A Wan2.1 text-to-video pipeline (UMT5 encoder, Wan transformer, Wan VAE) at about the smallest shapes the
-    engine accepts: 8x spatial and 4x temporal compression as in the real model, 2x2 patches, one block."""
+def _tiny_wan(in_channels: int, **transformer_extra: int) -> dict:
+    """The Wan2.1 parts at about the smallest shapes the engine accepts: UMT5 encoder, one transformer block with 2x2
+    patches, a VAE with the real model's 8x spatial and 4x temporal compression."""
     import torch
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
     tokenizer = _t5_tokenizer()
@@ -223,17 +224,46 @@ def build_tiny_wan_t2v(out_dir: Path) -> None:
         feed_forward_proj="gated-gelu", relative_attention_num_buckets=8, decoder_start_token_id=0))
     torch.manual_seed(1)
     transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=LATENT_CHANNELS,
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=in_channels,
         out_channels=LATENT_CHANNELS, text_dim=T5_D_MODEL, freq_dim=16, ffn_dim=32, num_layers=1, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=32)
+        qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=32, **transformer_extra)
     torch.manual_seed(2)
     vae = AutoencoderKLWan(base_dim=8, z_dim=LATENT_CHANNELS, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                            temperal_downsample=[False, True, True], latents_mean=[0.0] * LATENT_CHANNELS,
                            latents_std=[1.0] * LATENT_CHANNELS)
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                         num_train_timesteps=1000, flow_shift=3.0)
-    WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
-                scheduler=scheduler).save_pretrained(out_dir)
+    return {"tokenizer": tokenizer, "text_encoder": text_encoder, "transformer": transformer, "vae": vae,
+            "scheduler": scheduler}
+
+
+def build_tiny_wan_t2v(out_dir: Path) -> None:
+    """A Wan2.1 text-to-video pipeline."""
+    from diffusers import WanPipeline
+
+    WanPipeline(**_tiny_wan(LATENT_CHANNELS)).save_pretrained(out_dir)
+
+
+def build_tiny_wan_i2v(out_dir: Path) -> None:
+    """A Wan2.1 image-to-video pipeline: the text-to-video parts, a CLIP vision encoder whose features enter every
+    block's added cross-attention, and the first frame's latents and mask beside the noise (2 x latent + 4 channels)."""
+    import torch
+    from diffusers import WanImageToVideoPipeline
+    from safetensors.torch import load_file, save_file
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    parts = _tiny_wan(2 * LATENT_CHANNELS + 4, image_dim=CLIP_HIDDEN, added_kv_proj_dim=24)
+    torch.manual_seed(3)
+    image_encoder = CLIPVisionModel(CLIPVisionConfig(
+        hidden_size=CLIP_HIDDEN, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+        patch_size=8, projection_dim=CLIP_HIDDEN))
+    image_processor = CLIPImageProcessor(crop_size=32, size={"shortest_edge": 32})
+    WanImageToVideoPipeline(**parts, image_encoder=image_encoder, image_processor=image_processor).save_pretrained(
+        out_dir)
+    # transformers 5 writes the vision tower's weights without the "vision_model." prefix that the published Wan
+    # checkpoints (and the engine's CLIP loader) use: written back the way the real model ships them
+    weights = out_dir / "image_encoder" / "model.safetensors"
+    save_file({f"vision_model.{k}": v for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
 
 
 def local_model_dir(path_text: str, preset: Preset, *, must_exist: bool) -> tuple[str, list[dict[str, str]]]:
