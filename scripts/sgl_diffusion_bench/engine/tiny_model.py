@@ -37,6 +37,9 @@ LATENT_CHANNELS = 4  # FLUX packs 2x2 latent patches: transformer in_channels ==
 ROPE_AXES = (4, 6, 6)  # sums to attention_head_dim
 CLIP_MERGES = [("a", "t</w>"), ("c", "at</w>"), ("o", "g</w>"), ("d", "og</w>")]
 T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
+# FLUX's T5 and Wan's UMT5 text encoders share this shape
+T5_SHAPE = {"d_model": T5_D_MODEL, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
+            "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 8, "decoder_start_token_id": 0}
 # target -> (its build, its staging folder, the folders made for it, deepest first)
 _early_builds: dict[Path, tuple[subprocess.Popen, Path, list[Path]]] = {}
 
@@ -178,9 +181,7 @@ def build_tiny_flux(out_dir: Path) -> None:
         num_attention_heads=2, max_position_embeddings=77, projection_dim=CLIP_HIDDEN,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
     torch.manual_seed(1)
-    text_encoder_2 = T5EncoderModel(T5Config(
-        vocab_size=len(tokenizer_2), d_model=T5_D_MODEL, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-        feed_forward_proj="gated-gelu", relative_attention_num_buckets=8, decoder_start_token_id=0))
+    text_encoder_2 = T5EncoderModel(T5Config(vocab_size=len(tokenizer_2), **T5_SHAPE))
     torch.manual_seed(2)
     transformer = FluxTransformer2DModel(
         patch_size=1, in_channels=4 * LATENT_CHANNELS, num_layers=1, num_single_layers=1,
@@ -219,9 +220,7 @@ def _tiny_wan(in_channels: int, **transformer_extra: int) -> dict:
 
     tokenizer = _t5_tokenizer()
     torch.manual_seed(0)
-    text_encoder = UMT5EncoderModel(UMT5Config(
-        vocab_size=len(tokenizer), d_model=T5_D_MODEL, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-        feed_forward_proj="gated-gelu", relative_attention_num_buckets=8, decoder_start_token_id=0))
+    text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=len(tokenizer), **T5_SHAPE))
     torch.manual_seed(1)
     transformer = WanTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=in_channels,
