@@ -118,7 +118,7 @@ def test_an_unknown_local_model_is_refused_naming_those_there_are():
     with pytest.raises(contract.InputError, match="no builder for local model 'tiny-sdxl'") as refused:
         tiny_model.local_model_path("tiny-sdxl", build=False)
     assert refused.value.code == "input.unknown_local_model"
-    assert refused.value.hint == "use local_model: tiny-flux or tiny-wan-t2v"
+    assert refused.value.hint == "use local_model: tiny-flux or tiny-wan-t2v or tiny-wan-i2v"
 
 
 def test_the_tiny_wan_i2v_conditions_on_an_image_as_the_published_checkpoints_do(tmp_path):
