@@ -129,6 +129,14 @@ def test_installed_style_engine_uses_warmup_and_no_quality():
     assert "--warmup" not in build("qwen", old, warmup=False).argv
 
 
+def test_a_cpu_preset_asks_the_engine_to_sleep_when_idle_where_it_can():
+    assert cb.SLEEP_ON_IDLE in build("tiny-flux-cpu").argv  # an idle scheduler spins a core the engine's compute needs
+    assert cb.SLEEP_ON_IDLE not in build("tiny-flux-gpu").argv  # a GPU run keeps the engine's default
+    assert build("tiny-flux-cpu", extra_args=("--sleep-on-idle",)).argv.count(cb.SLEEP_ON_IDLE) == 1
+    older = dataclasses.replace(RECENT, flags=RECENT.flags - {cb.SLEEP_ON_IDLE})
+    assert cb.SLEEP_ON_IDLE not in build("tiny-flux-cpu", older).argv  # an engine without it is not asked
+
+
 def test_a_presets_own_warmup_setting_wins():
     preset = presets.get_preset("lingbot-world")
     filled = presets.Preset(**{**preset.__dict__, "prompt": "a walk", "unknown_fields": ()})

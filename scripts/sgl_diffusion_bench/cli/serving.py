@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from .. import contract, presets, selftest, work_dirs
-from ..engine import engine_probe, engine_python, gpu, request_manifest, tiny_model
+from ..engine import command_builder, engine_probe, engine_python, gpu, request_manifest, tiny_model
 from ..campaign import request_setup
 from ..results import sample_size, stats
 from ..serving import device_room, load, render, requests, run, server
@@ -143,7 +143,9 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     output_dir = Path(args.output_dir or Path("serving-runs") / preset.name).resolve()
     return run.ServingRequest(
         model_path=model_path, sglang_cli=tuple(engine_python.sglang_cli(python)), engine_version=location["version"],
-        shared_args=tuple(preset.extra_args), arm_args={"A": arm_a, "B": arm_b}, specs=tuple(specs),
+        shared_args=(*preset.extra_args, *command_builder.cpu_idle_args(preset, engine,
+                                                                        [*preset.extra_args, *arm_a, *arm_b])),
+        arm_args={"A": arm_a, "B": arm_b}, specs=tuple(specs),
         manifest=manifest, points=tuple(points), requests=None if args.duration_s else (args.requests or 8),
         duration_s=args.duration_s, rounds=args.rounds, warmup_requests=args.warmup_requests, slo_ms=args.slo_ms,
         seed=args.seed, ports={"A": args.port_a, "B": args.port_b}, startup_timeout_s=args.startup_timeout_s,

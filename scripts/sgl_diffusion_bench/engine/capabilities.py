@@ -145,7 +145,7 @@ _RECENT_FLAGS = """
 --attention-backend-config --enable-torch-compile --enable-breakable-cuda-graph --bcg-text-buckets --warmup-mode
 --warmup-resolutions --warmup-num-frames --warmup-steps --warmup-sampling-params --component-residency
 --dit-cpu-offload --text-encoder-cpu-offload --image-encoder-cpu-offload --vae-cpu-offload --dit-layerwise-offload
---layerwise-offload-components --dit-offload-prefetch-size --use-fsdp-inference --pin-cpu-memory --output-path
+--layerwise-offload-components --dit-offload-prefetch-size --use-fsdp-inference --pin-cpu-memory --sleep-on-idle --output-path
 --log-level --enable-layerwise-nvtx-marker --quantization --lora-path --trust-remote-code --enable-svdquant
 --transformer-weights-path --quantization-precision --quantization-rank --prompt --prompt-path --negative-prompt
 --seed --generator-device --width --height --4k --2k --1080p --720p --num-frames --fps --num-inference-steps

@@ -37,6 +37,9 @@ BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 # Silently overrides the step count (runtime doc §3): never let it leak into a benchmark.
 ENV_UNSET = ("SGLANG_TEST_NUM_INFERENCE_STEPS",)
 WARMUP_FLAGS = ("--warmup", "--warmup-mode")
+# An idle scheduler busy-polls its socket unless told to sleep (0.5.23 scheduler.event_loop): on a CPU host that spins
+# a core the running engine's own compute needs (a warm A/B keeps one engine idle while the other runs).
+SLEEP_ON_IDLE = "--sleep-on-idle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +211,7 @@ def build_invocation(preset: Preset, options: RunOptions, engine: EngineCapabili
     preset_args = _preset_args(preset, options.arm_flag_overrides, options.arm_options[1])
     preset_flags = {argv_tokens.flag_name(t) for t in preset_args}
     tool_args = [*_quality_args(engine, options, warnings), *(["--save-output"] if options.save_output else []),
+                 *cpu_idle_args(preset, engine, [*preset_args, *options.extra_args, *options.arm_args]),
                  *_residency_args(engine, options, preset_flags), *_bcg_args(preset, engine, options, preset_flags,
                                                                              warnings),
                  *_compile_args(preset, options, warnings),
@@ -290,6 +294,14 @@ def _quality_args(engine: EngineCapabilities, options: RunOptions, warnings: lis
             "engine.quality_unsupported", f"{engine.label} accepts --quality {'|'.join(engine.quality_values)}, "
             f"not {quality!r}", "pick one the engine accepts")
     return [f"--quality={quality}"]
+
+
+def cpu_idle_args(preset: Preset, engine: EngineCapabilities, given: Sequence[str]) -> list[str]:
+    """``--sleep-on-idle`` for a CPU preset when the engine has it and the caller did not set it: a GPU run keeps
+    the engine's default (a spinning scheduler there costs a host core, not the device's time)."""
+    if preset.num_gpus or not engine.has_flag(SLEEP_ON_IDLE):
+        return []
+    return [] if SLEEP_ON_IDLE in {argv_tokens.flag_name(t) for t in given} else [SLEEP_ON_IDLE]
 
 
 def _residency_args(engine: EngineCapabilities, options: RunOptions, preset_flags: set[str | None]) -> list[str]:
