@@ -39,6 +39,11 @@ sys.path.insert(0, str(SCRIPTS))
 # Scripts the tests start cache their bytecode, as Python does by default: with PYTHONDONTWRITEBYTECODE set (as some
 # sandboxes do) each of the ~200 scripts `make check` starts recompiled the ~60 modules it imports, a third of its time.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# A lane started in the background by a script (`make test &`, nohup) inherits SIGINT ignored, and so does every CLI
+# a test starts: the Ctrl-C tests would signal processes that cannot hear it (and leave their servers running).
+# Python's own handler here makes the children start with SIGINT at its default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CHECK_LANE_DIR = REPO / "tests" / "check_lane"
 from sgl_diffusion_bench import bench_env  # noqa: E402

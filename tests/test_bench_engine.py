@@ -116,13 +116,17 @@ def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path, mode, inter
                              str(tmp_path), "--model-cache-root", str(tmp_path / "cache"), "--cleanup-model-cache",
                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stderr_lines = []
-    for line in proc.stderr:
-        stderr_lines.append(line)
-        if line.startswith(interrupt_after) and "starting" in line:
-            time.sleep(3)  # let the engine start
-            proc.send_signal(signal.SIGINT)
-            break
-    stdout, rest = proc.communicate(timeout=120)
+    try:
+        for line in proc.stderr:
+            stderr_lines.append(line)
+            if line.startswith(interrupt_after) and "starting" in line:
+                time.sleep(3)  # let the engine start
+                proc.send_signal(signal.SIGINT)
+                break
+        stdout, rest = proc.communicate(timeout=120)
+    finally:  # a CLI that did not hear the signal must not run on through the lane
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == contract.ExitCode.INTERRUPTED, "".join(stderr_lines) + rest
     doc = json.loads(stdout)
     assert contract.validation_errors(doc) == [] and doc["schema"] == "bench-report.v1" and not doc["ok"]

@@ -97,11 +97,26 @@ def test_serving_ab_report_from_real_requests(serving_run):
 STARTED = re.compile(r"server [AB]: started \(port (\d+), process group (\d+)")
 
 
+_SPAWNED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_cli_left_running():
+    """A failed test must not leave its CLI, and so its two servers, running through the rest of the lane."""
+    yield
+    while _SPAWNED:
+        proc = _SPAWNED.pop()
+        if proc.poll() is None:
+            proc.kill()  # its watchdog takes the servers with it
+            proc.wait(timeout=30)
+
+
 def _spawn_cli(tmp_path: Path, *load_args: str) -> tuple[subprocess.Popen, list[str]]:
     """The CLI in the background with its stderr lines collected as they come."""
     proc = subprocess.Popen([sys.executable, str(SCRIPTS / "bench_diffusion_serving.py"), *LOAD, *load_args,
                              "--output-dir", str(tmp_path / "run"), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _SPAWNED.append(proc)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
     return proc, lines
