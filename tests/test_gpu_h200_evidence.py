@@ -93,6 +93,11 @@ def test_log_gate_rejudges_the_real_engine_log():
     for line in log.splitlines():
         assert gate.feed(line) is None
     verdict = gate.verdict().to_json()
+    # the stand-ins were named by the gate only after this was recorded: what it adds, and nothing else differs
+    assert verdict.pop("standin_modules") == ["av", "sgl_kernel"]
+    standin_warning = [w for w in verdict["warnings"] if w["code"] == "engine.standin_kernels"]
+    assert len(standin_warning) == 1 and "av, sgl_kernel" in standin_warning[0]["message"]
+    verdict["warnings"].remove(standin_warning[0])
     assert verdict == load("bench-report.json")["cells"][0]["gates"]["log"]
     assert {w["code"] for w in verdict["warnings"]} >= {"engine.attention_fallback", "engine.jit_kernel_unsupported"}
     # The harness's stand-ins are what the engine imported, and attention fell back to torch SDPA by itself.

@@ -35,6 +35,7 @@ class EngineStart:
     status: str = "starting"  # starting | launched (loading in the background) | serving | failed | closed
     reasons: list[str] = dataclasses.field(default_factory=list)
     captures: int = 0
+    standin_modules: tuple[str, ...] = ()  # served from a stand-in while it started (log_gates)
     first_measured_cell: int | None = None
     engine: warm_engine.WarmEngine | None = None
     adapter_lines: list[str] = dataclasses.field(default_factory=list)
@@ -58,6 +59,7 @@ class EngineStart:
                 "wall_s": _r(self.wall_s), "memory_bytes": self.memory_bytes, "memory_kind": self.memory_kind,
                 "perf_memory": self.memory.to_json(),
                 "status": self.status, "reasons": self.reasons, "bcg_captures": self.captures,
+                **({"standin_modules": list(self.standin_modules)} if self.standin_modules else {}),
                 "first_measured_cell": self.first_measured_cell, "engine_run": self.facts.to_json(),
                 "memory_basis": self.memory_basis, "launched_at": self.launched_at, "ready_at": self.ready_at,
                 "finished_at": self.finished_at, "closed_at": self.closed_at,

@@ -127,6 +127,7 @@ class WarmCampaign:
         start.ready_at = engine_overlap.utc_of(engine.ready_monotonic) if engine.ready_monotonic else None
         verdict = gate.verdict()
         start.captures = verdict.bcg.captured_graphs
+        start.standin_modules = verdict.standin_modules
         # Startup shows loading and the engine's own warmup; BCG capture may come with the first request instead.
         reasons = [f"{r.code}: {r.message}" for r in verdict.reasons if r.code != "bcg.no_capture"]
         if ready.status != "ok":
@@ -351,6 +352,7 @@ class WarmCampaign:
         if cell.engine is not None:  # a measured request (a warm-up's cell has no engine)
             cell.engine["recaptures"] = verdict.bcg.captured_graphs - start.captures
         start.captures = verdict.bcg.captured_graphs
+        start.standin_modules = verdict.standin_modules
         returncode = start.engine.process.poll() if segment.status == "exited" and start.engine.process else None
 
         def edges() -> request_path.Boundary:  # resolved after judging: the last host window overlaps it

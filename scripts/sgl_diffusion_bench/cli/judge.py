@@ -83,6 +83,9 @@ def handle(args: argparse.Namespace) -> _runner.Result:
     text += [f"  - {r}" for r in payload["reasons"]]
     if payload["timing_note"]:
         text.append(f"  note: {payload['timing_note']}")
+    if payload["standin_modules"]:
+        text.append(f"  stand-in modules ran, not the real packages: {', '.join(payload['standin_modules'])} "
+                    "(engine.standin_kernels): no figure of this run stands for a real install")
     return _runner.Result(doc, "\n".join(text))
 
 

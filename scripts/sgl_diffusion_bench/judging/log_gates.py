@@ -70,6 +70,7 @@ class GateVerdict:
     reasons: tuple[Reason, ...]
     fallback: LineRef | None
     native_evidence: bool
+    standin_modules: tuple[str, ...]  # served from a stand-in, not the real package (sorted)
     bcg: BcgEvidence
     failure_lines: tuple[LineRef, ...]
     generated_outputs: int | None
@@ -90,6 +91,7 @@ class GateVerdict:
             "reasons": [dataclasses.asdict(r) for r in self.reasons],
             "fallback": self.fallback.to_json() if self.fallback else None,
             "native_evidence": self.native_evidence,
+            "standin_modules": list(self.standin_modules),
             "bcg": {"expected": self.bcg.expected, "capture_seen": self.bcg.capture_seen,
                     "captured_graphs": self.bcg.captured_graphs, "captured_segments": self.bcg.captured_segments,
                     "signature_misses": self.bcg.signature_misses,
@@ -153,6 +155,7 @@ class RequestLogGate:
             "failure", "component", "bcg_invalid", "late_fusion", "profiler_problem", "outputs", "metrics", "traces")}
         self._omitted: dict[str, int] = {}
         self._warnings: dict[str, list[Any]] = {}  # code -> [first LineRef, count]
+        self._standins: dict[str, LineRef] = {}  # module -> the first line that served it
 
     @property
     def stop_reason(self) -> str | None:
@@ -222,6 +225,8 @@ class RequestLogGate:
                 self._keep("late_fusion", ref)
         elif kind == "warning":
             self._warn(marker.code, ref)
+        elif kind == "standin_module":
+            self._standins.setdefault(groups["module"], ref)
         return marker.stop
 
     def _warn(self, code: str, ref: LineRef) -> None:
@@ -280,12 +285,17 @@ class RequestLogGate:
         for code, (ref, count) in self._warnings.items():
             times = f" ({count} times)" if count > 1 else ""
             warnings.append((code, f"log line {ref.line_no}{times}: {ref.line}"))
+        if self._standins:
+            first = min(self._standins.values(), key=lambda r: r.line_no)
+            warnings.append(("engine.standin_kernels", f"stand-in modules ran instead of the real packages: "
+                             f"{', '.join(sorted(self._standins))} (first at log line {first.line_no}): this is not "
+                             "the engine users install, so its kernels and timings stand for no real run"))
         for name, count in self._omitted.items():
             warnings.append(("log.lines_omitted", f"{count} more '{name}' lines not recorded (limit "
                              f"{MAX_RECORDED_LINES})"))
         return GateVerdict(
             valid=not reasons, release=self.markers.release.id, reasons=tuple(reasons), fallback=self._fallback,
-            native_evidence=self._native,
+            native_evidence=self._native, standin_modules=tuple(sorted(self._standins)),
             bcg=BcgEvidence(self.bcg_expected, capture_seen, self._captures + self.prior_captures, self._segments,
                             self._misses, tuple(lists["bcg_invalid"]), tuple(lists["late_fusion"])),
             failure_lines=tuple(lists["failure"] + lists["component"]), generated_outputs=self._generated,

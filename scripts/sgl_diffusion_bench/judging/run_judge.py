@@ -120,4 +120,5 @@ def judge(request: JudgeRequest) -> dict[str, Any]:
             "perf_dump_path": str(request.perf_dump) if request.perf_dump else None,
             "outputs": list(judged.outputs),
             "other_files": [str(p) for p in request.outputs if p.suffix.lower() not in wanted],
-            "timing_note": PROFILE_NOTE if profiling else None}
+            "timing_note": PROFILE_NOTE if profiling else None,
+            "standin_modules": sorted({*verdict.standin_modules, *(start.standin_modules if start else ())})}

@@ -60,6 +60,7 @@ def render_markdown(doc: Mapping[str, Any], plot_name: str | None = PLOT_NAME) -
     lines += [f"- Mode {campaign['mode']}, {campaign['rounds']} round(s), preset `{campaign.get('preset') or '-'}`; "
               f"{sum(1 for c in cells if c.valid)} of {len(cells)} cells valid."]
     lines += _request(doc)
+    lines += _standins(doc, cells)
     for name in arms:
         spec = campaign["arms"][name]
         extra = " ".join(spec.get("extra_args") or []) or "no extra args"
@@ -159,6 +160,20 @@ def _engine_settings(doc: Mapping[str, Any], arms: list[str]) -> list[str]:
             text += ". Warm-up by the engine itself: none logged"
         lines.append(f"- {arm}: {text}.")
     return lines
+
+
+def standin_modules(doc: Mapping[str, Any], cells: list[Cell]) -> list[str]:
+    """Modules served from a stand-in instead of the real package, by any cell's log or any engine's start."""
+    found = {m for c in cells for m in (c.gates.get("log") or {}).get("standin_modules") or ()}
+    found |= {m for start in (doc.get("engines") or {}).get("starts") or () for m in start.get("standin_modules", ())}
+    return sorted(found)
+
+
+def _standins(doc: Mapping[str, Any], cells: list[Cell]) -> list[str]:
+    modules = standin_modules(doc, cells)
+    return [f"- **Stand-in modules ran instead of the real packages: {', '.join(modules)}** "
+            "(`engine.standin_kernels`): this is not the engine users install; no figure here stands for a real "
+            "run."] if modules else []
 
 
 def _engines(engines: Mapping[str, Any]) -> list[str]:
