@@ -56,6 +56,13 @@ def test_intent_and_media_kinds_are_applied(tmp_path):
     doc = _judge("native-ok", tmp_path, "--output", str(out), "--output", str(gif), "--preset",
                  "tiny-flux-cpu").document
     assert doc["intent"]["task"] == "t2i" and doc["other_files"] == [str(gif)] and len(doc["outputs"]) == 1
+    assert doc["intent"]["requested"] == {"width": 64, "height": 64, "num_frames": None}  # the preset's request
+    small = tmp_path / "small.png"
+    Image.new("RGB", (32, 32)).save(small)
+    wrong = _judge("native-ok", tmp_path, "--output", str(small), "--preset", "tiny-flux-cpu").document
+    assert wrong["status"] == "invalid" and any(r.startswith("artifacts.output_shape") and "an image" in r and "(requested 64)" in r for r in wrong["reasons"]), wrong["reasons"]
+    sized = _judge("native-ok", tmp_path, "--output", str(small), "--preset", "tiny-flux-cpu", "--size", "32x32")
+    assert sized.document["intent"]["requested"]["width"] == 32  # --size wins over the preset's
     bcg = _judge("native-ok", tmp_path, "--output", str(out), "--bcg").document
     assert bcg["status"] == "invalid" and any(r.startswith("bcg.") for r in bcg["reasons"]), bcg["reasons"]
     bare = _judge("native-ok", tmp_path).document  # no output given: the runner would not count it either

@@ -44,7 +44,8 @@ def build_parser() -> _runner.Parser:
                              "its timings marked as distorted")
     task = parser.add_mutually_exclusive_group()
     task.add_argument("--task", choices=sorted(media.TASK_KINDS), help="what the run produces (image, video ...)")
-    task.add_argument("--preset", help="take the task from this preset")
+    task.add_argument("--preset", help="take the task, the requested size and the frame count from this preset "
+                                       "(--size and --num-frames win)")
     parser.add_argument("--engine-version", help="whose log markers apply (default: the installed engine's)")
     parser.add_argument("--no-require-native", action="store_true",
                         help="the log does not cover model loading (a warm engine's request segment)")
@@ -66,13 +67,19 @@ def request_of(args: argparse.Namespace) -> run_judge.JudgeRequest:
     if args.num_frames is not None and args.num_frames < 1:
         raise contract.UsageError("usage.bad_num_frames", "--num-frames must be at least 1", "e.g. --num-frames 33")
     width, height = _size(args.size)
+    num_frames = args.num_frames
+    preset = presets.get_preset(args.preset) if args.preset else None
+    if preset is not None:
+        if args.size is None:
+            width, height = preset.width, preset.height
+        num_frames = preset.num_frames if num_frames is None else num_frames
     return run_judge.JudgeRequest(
         log=Path(args.log), engine_version=args.engine_version or engine_probe.probe_engine().capabilities.version,
         perf_dump=Path(args.perf_dump) if args.perf_dump else None, outputs=tuple(map(Path, args.output)),
         exit_code=args.exit_code, bcg=args.bcg, quality=args.quality,
-        task=args.task or (presets.get_preset(args.preset).task if args.preset else None),
+        task=args.task or (preset.task if preset else None),
         require_native=not args.no_require_native, engine_log=Path(args.engine_log) if args.engine_log else None,
-        intent=args.intent, requested=output_check.RequestedShape(width, height, args.num_frames))
+        intent=args.intent, requested=output_check.RequestedShape(width, height, num_frames))
 
 
 def handle(args: argparse.Namespace) -> _runner.Result:

@@ -125,6 +125,7 @@ def check_output(path: Path, requested: RequestedShape) -> dict[str, Any] | None
               ("frames", decoded.frames, requested.num_frames if decoded.kind == "video" else None))
              if want is not None and got != want]
     if wrong:
-        raise OutputProblem("artifacts.output_shape", f"{path} is a {decoded.kind} of the wrong shape: "
+        article = "an" if decoded.kind[0] in "aeiou" else "a"
+        raise OutputProblem("artifacts.output_shape", f"{path} is {article} {decoded.kind} of the wrong shape: "
                                                       + ", ".join(wrong))
     return {"kind": decoded.kind, "width": decoded.width, "height": decoded.height, "frames": decoded.frames}
