@@ -60,7 +60,9 @@ def test_intent_and_media_kinds_are_applied(tmp_path):
     small = tmp_path / "small.png"
     Image.new("RGB", (32, 32)).save(small)
     wrong = _judge("native-ok", tmp_path, "--output", str(small), "--preset", "tiny-flux-cpu").document
-    assert wrong["status"] == "invalid" and any(r.startswith("artifacts.output_shape") and "an image" in r and "(requested 64)" in r for r in wrong["reasons"]), wrong["reasons"]
+    assert wrong["status"] == "invalid" and any(
+        r.startswith("artifacts.output_shape") and "an image" in r and "(requested 64)" in r for r in wrong["reasons"]
+    ), wrong["reasons"]
     sized = _judge("native-ok", tmp_path, "--output", str(small), "--preset", "tiny-flux-cpu", "--size", "32x32")
     assert sized.document["intent"]["requested"]["width"] == 32  # --size wins over the preset's
     bcg = _judge("native-ok", tmp_path, "--output", str(out), "--bcg").document

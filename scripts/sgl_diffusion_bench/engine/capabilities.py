@@ -145,17 +145,17 @@ _RECENT_FLAGS = """
 --attention-backend-config --enable-torch-compile --enable-breakable-cuda-graph --bcg-text-buckets --warmup-mode
 --warmup-resolutions --warmup-num-frames --warmup-steps --warmup-sampling-params --component-residency
 --dit-cpu-offload --text-encoder-cpu-offload --image-encoder-cpu-offload --vae-cpu-offload --dit-layerwise-offload
---layerwise-offload-components --dit-offload-prefetch-size --use-fsdp-inference --pin-cpu-memory --sleep-on-idle --output-path
---log-level --enable-layerwise-nvtx-marker --quantization --lora-path --trust-remote-code --enable-svdquant
---transformer-weights-path --quantization-precision --quantization-rank --prompt --prompt-path --negative-prompt
---seed --generator-device --width --height --4k --2k --1080p --720p --num-frames --fps --num-inference-steps
---guidance-scale --guidance-scale-2 --true-cfg-scale --save-output --no-save-output --output-file-name
---output-quality --quality --profile --num-profiled-timesteps --profile-all-stages --num-outputs-per-prompt
---num-outputs --image-path --enable-cache-dit --cfg-gate-step --attention-backend-override --diffusers-kwargs
---return-frames --debug --progressive-mode --dit-precision --vae-precision --vae-tiling --text-encoder-precisions
---flow-shift --embedded-cfg-scale --adjust-frames --model-variant --component-attention-backends
---enable-prompt-rewrite --action --streaming --refiner-chunked --use-diffusion-decoder --ltx2-two-stage-device-mode
---vae-config.parallel-decode-mode
+--layerwise-offload-components --dit-offload-prefetch-size --use-fsdp-inference --pin-cpu-memory --sleep-on-idle
+--output-path --log-level --enable-layerwise-nvtx-marker --quantization --lora-path --trust-remote-code
+--enable-svdquant --transformer-weights-path --quantization-precision --quantization-rank --prompt --prompt-path
+--negative-prompt --seed --generator-device --width --height --4k --2k --1080p --720p --num-frames --fps
+--num-inference-steps --guidance-scale --guidance-scale-2 --true-cfg-scale --save-output --no-save-output
+--output-file-name --output-quality --quality --profile --num-profiled-timesteps --profile-all-stages
+--num-outputs-per-prompt --num-outputs --image-path --enable-cache-dit --cfg-gate-step --attention-backend-override
+--diffusers-kwargs --return-frames --debug --progressive-mode --dit-precision --vae-precision --vae-tiling
+--text-encoder-precisions --flow-shift --embedded-cfg-scale --adjust-frames --model-variant
+--component-attention-backends --enable-prompt-rewrite --action --streaming --refiner-chunked
+--use-diffusion-decoder --ltx2-two-stage-device-mode --vae-config.parallel-decode-mode
 """
 # Those of _RECENT_FLAGS that main's SamplingParams.add_cli_args adds, plus generate's per-call ones.
 _RECENT_REQUEST_FLAGS = """
