@@ -30,5 +30,6 @@ def expects(*releases: str) -> pytest.MarkDecorator:
                               reason=f"expects sglang {' or '.join(releases)}; installed: {INSTALLED or 'none'}")
 
 
-# The CPU-adapter gaps a tiny-FLUX run on 0.5.10.post1 fills: all but b7, the Wan blocks' gap, which FLUX never reaches.
+# The CPU-adapter gaps a tiny-FLUX or tiny-Wan run on 0.5.10.post1 fills: all but b7, the gap of 0.5.23's Wan blocks
+# (FLUX's blocks, and 0.5.10.post1's Wan blocks, call no sgl-kernel CPU op).
 FLUX_GAPS_0510 = ["b0", "b1", "b2", "b2a", "b3", "b4", "b5", "b6"]

@@ -40,6 +40,14 @@ T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
 # FLUX's T5 and Wan's UMT5 text encoders share this shape
 T5_SHAPE = {"d_model": T5_D_MODEL, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
             "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 8, "decoder_start_token_id": 0}
+# The keys of the published Wan2.1 checkpoints' scheduler_config.json (diffusers 0.33): a newer diffusers adds more
+# (shift_terminal, sigma_min, ...), which sglang 0.5.10.post1's own UniPC scheduler refuses.
+PUBLISHED_WAN_SCHEDULER_KEYS = (
+    "_class_name", "_diffusers_version", "beta_end", "beta_schedule", "beta_start", "disable_corrector",
+    "dynamic_thresholding_ratio", "final_sigmas_type", "flow_shift", "lower_order_final", "num_train_timesteps",
+    "predict_x0", "prediction_type", "rescale_betas_zero_snr", "sample_max_value", "solver_order", "solver_p",
+    "solver_type", "steps_offset", "thresholding", "timestep_spacing", "trained_betas", "use_beta_sigmas",
+    "use_exponential_sigmas", "use_flow_sigmas", "use_karras_sigmas")
 # target -> (its build, its staging folder, the folders made for it, deepest first)
 _early_builds: dict[Path, tuple[subprocess.Popen, Path, list[Path]]] = {}
 
@@ -236,11 +244,22 @@ def _tiny_wan(in_channels: int, **transformer_extra: int) -> dict:
             "scheduler": scheduler}
 
 
+def _published_wan_scheduler(out_dir: Path) -> None:
+    """The scheduler's config with the keys the published checkpoints carry, no more."""
+    import json
+
+    path = out_dir / "scheduler" / "scheduler_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({k: config[k] for k in PUBLISHED_WAN_SCHEDULER_KEYS if k in config}, indent=2,
+                               sort_keys=True) + "\n")
+
+
 def build_tiny_wan_t2v(out_dir: Path) -> None:
     """A Wan2.1 text-to-video pipeline."""
     from diffusers import WanPipeline
 
     WanPipeline(**_tiny_wan(LATENT_CHANNELS)).save_pretrained(out_dir)
+    _published_wan_scheduler(out_dir)
 
 
 def build_tiny_wan_i2v(out_dir: Path) -> None:
@@ -259,10 +278,12 @@ def build_tiny_wan_i2v(out_dir: Path) -> None:
     image_processor = CLIPImageProcessor(crop_size=32, size={"shortest_edge": 32})
     WanImageToVideoPipeline(**parts, image_encoder=image_encoder, image_processor=image_processor).save_pretrained(
         out_dir)
-    # transformers 5 writes the vision tower's weights without the "vision_model." prefix that the published Wan
-    # checkpoints (and the engine's CLIP loader) use: written back the way the real model ships them
+    _published_wan_scheduler(out_dir)
+    # transformers 5.19 writes the vision tower's weights without the "vision_model." prefix that the published Wan
+    # checkpoints (and the engine's CLIP loader) use (5.3 keeps it): written back the way the real model ships them
     weights = out_dir / "image_encoder" / "model.safetensors"
-    save_file({f"vision_model.{k}": v for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
+    save_file({k if k.startswith("vision_model.") else f"vision_model.{k}": v for k, v in load_file(weights).items()},
+              weights, metadata={"format": "pt"})
 
 
 def local_model_dir(path_text: str, preset: Preset, *, must_exist: bool) -> tuple[str, list[dict[str, str]]]:

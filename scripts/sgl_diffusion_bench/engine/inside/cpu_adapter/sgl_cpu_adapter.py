@@ -59,7 +59,7 @@ _MEMORY_API = ("reset_peak_memory_stats", "max_memory_reserved", "max_memory_all
 _UNREACHED = {"b1": "the engine never asked torch.cpu for get_device_properties",
               "b4": "the engine never called init_process_group",
               "b5": "the engine never asked torch.cpu for the memory API torch lacks (it records no memory on CPU)",
-              "b7": "the engine called no layer whose sgl-kernel CPU op is missing (FLUX's blocks call none)",
+              "b7": "the engine called no layer whose sgl-kernel CPU op is missing (as FLUX's, 0.5.10's Wan blocks)",
               "fork": "the engine started no scheduler worker"}
 _PLATFORM_METHODS = {"b2": "get_local_torch_device", "b2a": "get_attn_backend_cls_str",
                      "b3": "get_torch_distributed_backend_str"}
