@@ -137,6 +137,16 @@ def test_a_cpu_preset_asks_the_engine_to_sleep_when_idle_where_it_can():
     assert cb.SLEEP_ON_IDLE not in build("tiny-flux-cpu", older).argv  # an engine without it is not asked
 
 
+def test_a_cpu_server_warms_up_at_the_presets_own_shape_where_the_engine_can():
+    wan, flux = presets.get_preset("tiny-wan-t2v-cpu"), presets.get_preset("tiny-flux-cpu")
+    assert cb.cpu_server_warmup_args(wan, RECENT, []) == ["--warmup-resolutions", "64x64", "--warmup-num-frames", "5"]
+    assert cb.cpu_server_warmup_args(flux, RECENT, []) == ["--warmup-resolutions", "64x64"]  # an image: no frames
+    assert cb.cpu_server_warmup_args(presets.get_preset("tiny-wan-t2v-gpu"), RECENT, []) == []  # a GPU: the default
+    assert cb.cpu_server_warmup_args(wan, RECENT, ["--warmup-num-frames=9"]) == []  # the caller's own wins
+    older = dataclasses.replace(RECENT, flags=RECENT.flags - {cb.WARMUP_RESOLUTIONS})
+    assert cb.cpu_server_warmup_args(wan, older, []) == []
+
+
 def test_a_presets_own_warmup_setting_wins():
     preset = presets.get_preset("lingbot-world")
     filled = presets.Preset(**{**preset.__dict__, "prompt": "a walk", "unknown_fields": ()})

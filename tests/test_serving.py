@@ -305,6 +305,54 @@ def test_sample_manifest_is_read_by_the_engines_parser():
     assert specs[5].sampling["guidance_scale"] == 3.5 and specs[5].payload()["num_inference_steps"] == 3
 
 
+VIDEO_MANIFEST = [  # two shapes and two frame counts of the tiny Wan
+    {"request_id": "video-64-5f", "prompt": "a cat walking", "width": 64, "height": 64, "num_frames": 5,
+     "num_inference_steps": 2, "seed": 42},
+    {"request_id": "video-64x32-9f", "prompt": "a boat at sea", "width": 64, "height": 32, "num_frames": 9,
+     "num_inference_steps": 2, "seed": 7}]
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_a_video_preset_is_served_as_video_jobs_of_mixed_shapes(tmp_path):
+    manifest = tmp_path / "video.jsonl"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in VIDEO_MANIFEST))
+    run = run_script("bench_diffusion_serving", "--model", "tiny-wan-t2v-cpu", "--arm-b-args=--log-level=info",
+                     "--request-rate", "2", "--requests", "2", "--requests-file", str(manifest), "--output-dir",
+                     str(tmp_path / "out"), "--json", timeout=900)
+    doc = run.document
+    assert run.returncode == 0 and doc["status"] == "valid", run.stderr[-3000:]
+    assert doc["settings"]["endpoint"] == "/v1/videos" and doc["outputs_identical"]
+    (point,) = doc["load_points"]
+    assert [s["shape"] for s in point["shapes"]] == ["64x32x9f@2steps", "64x64x5f@2steps"]
+    for block in point["blocks"]:
+        ids = [r["request_id"] for r in block["requests"]]
+        assert ids == ["video-64-5f", "video-64x32-9f"] and all(r["success"] for r in block["requests"])
+        # the client's latency covers the server's own inference time and at most one poll more
+        assert all(r["inference_time_s"] < r["latency"] and r["output_sha256"] for r in block["requests"])
+    hashes = {r["request_id"]: r["output_sha256"] for b in point["blocks"] for r in b["requests"]}
+    assert len(set(hashes.values())) == 2  # two different videos, each the same in all four blocks
+    for arm in ("a", "b"):
+        log = (tmp_path / "out" / f"server-{arm}" / "server.log").read_text()
+        assert "server warmup req (64x64x5f" in log  # the preset's own shape, not the model's 832x480x17f
+    assert "polled every 50 ms" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_preset_whose_requests_need_an_input_image_is_refused_before_anything_starts():
+    run = run_main("bench_diffusion_serving", "--model", "tiny-wan-i2v-cpu", "--request-rate", "1", "--json")
+    error = run.document["error"]
+    assert run.returncode == 2 and error["code"] == "serving.task_unsupported"
+    assert "i2v preset" in error["message"] and "bench_diffusion_denoise" in error["hint"]
+
+
+def test_a_video_request_carries_its_frames_in_its_shape_and_its_job_body():
+    from sgl_diffusion_bench.engine.request_manifest import RequestSpec
+    spec = RequestSpec("v", "a cat", 64, 32, {"num_frames": 9, "fps": 8, "seed": 7, "num_inference_steps": 2})
+    assert spec.shape == "64x32x9f@2steps"
+    assert spec.video_payload() == {"model": "default", "prompt": "a cat", "size": "64x32", "num_outputs_per_prompt": 1,
+                                    "num_frames": 9, "fps": 8, "seed": 7, "num_inference_steps": 2}
+
+
 @pytest.mark.parametrize("rate", ["0", "-1", "2,0", "inf", "nan"])
 def test_rate_zero_or_negative_is_a_usage_error(rate):
     run = run_main("bench_diffusion_serving", *LOAD, f"--request-rate={rate}", "--json")

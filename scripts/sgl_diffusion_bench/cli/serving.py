@@ -110,6 +110,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     arm_a, arm_b = _arm_args(args.arm_a_args, "--arm-a-args"), _arm_args(args.arm_b_args, "--arm-b-args")
     request_setup.adapter_switches_off(os.environ)  # a typo in the CPU adapter's switch, refused before any server
     preset = presets.get_preset(args.model)
+    endpoint = requests.endpoint(preset)
     python = engine_python.resolve(args.engine_python)
     for arm, port in (("a", args.port_a), ("b", args.port_b)):
         if port is not None:  # before anything is built or started
@@ -123,14 +124,18 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     for letter, flags in (("a", arm_a), ("b", arm_b)):
         server.check_flags(engine, [*preset.extra_args, *flags, "--host", "--port"], f"--arm-{letter}-args")
     size = requests.parse_size(args.size) if args.size else (preset.width or 1024, preset.height or 1024)
+    video = endpoint == load.VIDEOS
     if args.requests_file:
-        specs, sha = request_manifest.load_manifest(Path(args.requests_file), Path(location["package_dir"]), size)
+        specs, sha = request_manifest.load_manifest(
+            Path(args.requests_file), Path(location["package_dir"]), size,
+            *((request_manifest.VIDEO_PAYLOAD_FIELDS, "a video serving request (its JSON body)") if video else ()))
         manifest = {"kind": "manifest", "path": str(Path(args.requests_file).resolve()), "sha256": sha,
                     "requests": len(specs), "shapes": requests.shapes(specs),
                     "parser": request_manifest.MANIFEST_SOURCE}
     else:
+        frames = {"num_frames": preset.num_frames, "fps": preset.fps} if video else {}
         specs = requests.single_request(args.prompt or preset.prompt or "a photo of a cat", size,
-                                        args.steps or preset.num_inference_steps, preset.seed or 42)
+                                        args.steps or preset.num_inference_steps, preset.seed or 42, frames)
         manifest = None
     model_path, _ = tiny_model.model_location(preset, args.model_path, build=True)
     if model_path is None:
@@ -141,17 +146,18 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     inventory = gpu.read_inventory()
     device_room.check(model_path, [*preset.extra_args, *arm_a, *arm_b], inventory, os.environ)  # before any server
     output_dir = Path(args.output_dir or Path("serving-runs") / preset.name).resolve()
+    given = [*preset.extra_args, *arm_a, *arm_b]
     return run.ServingRequest(
         model_path=model_path, sglang_cli=tuple(engine_python.sglang_cli(python)), engine_version=location["version"],
-        shared_args=(*preset.extra_args, *command_builder.cpu_idle_args(preset, engine,
-                                                                        [*preset.extra_args, *arm_a, *arm_b])),
+        shared_args=(*preset.extra_args, *command_builder.cpu_idle_args(preset, engine, given),
+                     *command_builder.cpu_server_warmup_args(preset, engine, given)),
         arm_args={"A": arm_a, "B": arm_b}, specs=tuple(specs),
         manifest=manifest, points=tuple(points), requests=None if args.duration_s else (args.requests or 8),
         duration_s=args.duration_s, rounds=args.rounds, warmup_requests=args.warmup_requests, slo_ms=args.slo_ms,
         seed=args.seed, ports={"A": args.port_a, "B": args.port_b}, startup_timeout_s=args.startup_timeout_s,
         output_dir=output_dir, use_cpu_adapter=not inventory.gpus, threshold_pct=args.threshold_pct,
         resamples=stats.DEFAULT_RESAMPLES, confidence=stats.DEFAULT_CONFIDENCE,
-        min_rounds=sample_size.DEFAULT_MIN_ROUNDS)
+        min_rounds=sample_size.DEFAULT_MIN_ROUNDS, endpoint=endpoint)
 
 
 def handle(args: argparse.Namespace) -> _runner.Result:

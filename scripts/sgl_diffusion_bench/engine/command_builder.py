@@ -37,6 +37,7 @@ BENCH_ENV_FORCED = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 # Silently overrides the step count (runtime doc §3): never let it leak into a benchmark.
 ENV_UNSET = ("SGLANG_TEST_NUM_INFERENCE_STEPS",)
 WARMUP_FLAGS = ("--warmup", "--warmup-mode")
+WARMUP_RESOLUTIONS, WARMUP_NUM_FRAMES = "--warmup-resolutions", "--warmup-num-frames"
 # An idle scheduler busy-polls its socket unless told to sleep (0.5.23 scheduler.event_loop): on a CPU host that spins
 # a core the running engine's own compute needs (a warm A/B keeps one engine idle while the other runs).
 SLEEP_ON_IDLE = "--sleep-on-idle"
@@ -302,6 +303,18 @@ def cpu_idle_args(preset: Preset, engine: EngineCapabilities, given: Sequence[st
     if preset.num_gpus or not engine.has_flag(SLEEP_ON_IDLE):
         return []
     return [] if SLEEP_ON_IDLE in {argv_tokens.flag_name(t) for t in given} else [SLEEP_ON_IDLE]
+
+
+def cpu_server_warmup_args(preset: Preset, engine: EngineCapabilities, given: Sequence[str]) -> list[str]:
+    """A CPU preset's ``sglang serve`` warms up at the preset's own shape, not the model's default one (1024x1024 at
+    50 steps for FLUX: 9 s; 832x480x17f for Wan: over 4 minutes of a tiny model on CPU), unless the caller set it."""
+    if preset.num_gpus or not (preset.width and preset.height) or not engine.has_flag(WARMUP_RESOLUTIONS):
+        return []
+    if {argv_tokens.flag_name(t) for t in given} & {WARMUP_RESOLUTIONS, WARMUP_NUM_FRAMES}:
+        return []
+    argv = [WARMUP_RESOLUTIONS, f"{preset.width}x{preset.height}"]
+    return argv + ([WARMUP_NUM_FRAMES, str(preset.num_frames)]
+                   if preset.num_frames and engine.has_flag(WARMUP_NUM_FRAMES) else [])
 
 
 def _residency_args(engine: EngineCapabilities, options: RunOptions, preset_flags: set[str | None]) -> list[str]:

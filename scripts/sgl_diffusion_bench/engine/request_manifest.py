@@ -23,6 +23,8 @@ from . import engine_python
 MANIFEST_SOURCE = "multimodal_gen/benchmarks/request_manifest.py"
 # Fields of the engine's manifest that a text-to-image HTTP request carries (the OpenAI-style image API's names).
 PAYLOAD_FIELDS = ("seed", "negative_prompt", "guidance_scale", "num_inference_steps", "num_outputs_per_prompt")
+# A text-to-video request (POST /v1/videos) carries the frame count and rate too.
+VIDEO_PAYLOAD_FIELDS = (*PAYLOAD_FIELDS, "num_frames", "fps")
 MAX_MANIFEST_BYTES = 64 << 20  # 10^5 requests of a few hundred bytes each is 30 MB; serving reads it in seconds
 SIZE_MULTIPLE = 8  # the VAE's scale factor of every FLUX-like model: other sizes are refused by the pipeline
 # The sampling fields a campaign request carries: each is the preset's request field of that name, which the command
@@ -43,8 +45,8 @@ class RequestSpec:
 
     @property
     def shape(self) -> str:
-        steps = self.sampling.get("num_inference_steps")
-        return f"{self.width}x{self.height}" + (f"@{steps}steps" if steps else "")
+        steps, frames = self.sampling.get("num_inference_steps"), self.sampling.get("num_frames")
+        return f"{self.width}x{self.height}" + (f"x{frames}f" if frames else "") + (f"@{steps}steps" if steps else "")
 
     def payload(self) -> dict[str, Any]:
         """The JSON body of POST /v1/images/generations, as the engine's bench_serving builds it (model, prompt, n,
@@ -57,6 +59,15 @@ class RequestSpec:
         for name in PAYLOAD_FIELDS:
             if name in self.sampling and name != "num_outputs_per_prompt":
                 body[name] = self.sampling[name]
+        return body
+
+    def video_payload(self) -> dict[str, Any]:
+        """The JSON body of POST /v1/videos, as the engine's bench_serving builds it (model, prompt, size,
+        num_frames, fps, num_inference_steps), plus the manifest's seed and other sampling fields."""
+        body: dict[str, Any] = {"model": "default", "prompt": self.prompt, "size": f"{self.width}x{self.height}",
+                                "num_outputs_per_prompt": int(self.sampling.get("num_outputs_per_prompt", 1))}
+        body.update({name: self.sampling[name] for name in VIDEO_PAYLOAD_FIELDS
+                     if name in self.sampling and name != "num_outputs_per_prompt"})
         return body
 
     def to_json(self) -> dict[str, Any]:

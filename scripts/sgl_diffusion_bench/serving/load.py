@@ -3,8 +3,11 @@ requests in flight, sent over HTTP to a server with aiohttp, one result per requ
 
 The trace is built once per load point and replayed unchanged against every block of both arms: the same arrival
 times and the same requests in the same order. The request body and the success rule follow the engine's own
-``bench_serving.async_request_image_sglang`` (POST /v1/images/generations, HTTP 200 with outputs = success; the
-latency is the client's, from send to the parsed response).
+``bench_serving``: an image (``async_request_image_sglang``: POST /v1/images/generations, HTTP 200 with outputs =
+success; the latency is the client's, from send to the parsed response) or a video (``async_request_video_sglang``:
+POST /v1/videos makes a job, polled at GET /v1/videos/<id> until it is completed (success) or failed; the latency
+runs from the POST to the poll that sees it completed, so it is at most VIDEO_POLL_S late, where the engine's own
+client polls once a second). A completed video's bytes are fetched after its latency is taken, for output identity.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from ..engine.request_manifest import RequestSpec
 
 REQUEST_TIMEOUT_S = 600.0
 ERROR_CHARS = 300
+IMAGES = "/v1/images/generations"
+VIDEOS = "/v1/videos"
+VIDEO_POLL_S = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,17 +167,56 @@ async def _send(session: Any, url: str, index: int, spec: RequestSpec, scheduled
     return result
 
 
+async def _send_video(session: Any, url: str, index: int, spec: RequestSpec, scheduled_s: float | None,
+                      origin: float) -> RequestResult:
+    start = time.perf_counter()
+    result = RequestResult(index, spec.request_id, spec.shape, scheduled_s, start - origin, 0.0, False)
+    try:
+        async with session.post(url, json=spec.video_payload()) as response:
+            if response.status != 200:
+                result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+                result.latency = time.perf_counter() - start
+                return result
+            job = (await response.json()).get("id")
+        while True:
+            async with session.get(f"{url}/{job}") as response:
+                body = await response.json() if response.status == 200 else {}
+                if response.status != 200 or body.get("status") == "failed":
+                    result.error = (f"job failed: {body.get('error')}" if body else
+                                    f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}")[:ERROR_CHARS]
+                    break
+                if body.get("status") == "completed":
+                    result.latency = time.perf_counter() - start
+                    result.success, result.output_count = True, int(body.get("num_outputs") or 1)
+                    for name in ("inference_time_s", "peak_memory_mb"):
+                        value = body.get(name)
+                        if isinstance(value, (int, float)) and not isinstance(value, bool):
+                            setattr(result, name, float(value))
+                    break
+            await asyncio.sleep(VIDEO_POLL_S)
+        if result.success:
+            async with session.get(f"{url}/{job}/content") as response:
+                if response.status == 200:
+                    result.output_sha256 = hashlib.sha256(await response.read()).hexdigest()
+            return result
+    except Exception as exc:  # a refused connection, a timeout, a reset: the request failed, the run goes on
+        result.error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    result.latency = time.perf_counter() - start
+    return result
+
+
 async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None,
-               on_result: Callable[[RequestResult], None] | None = None) -> tuple[list[RequestResult], float]:
+               on_result: Callable[[RequestResult], None] | None, endpoint: str) -> tuple[list[RequestResult], float]:
     aiohttp = _aiohttp()
-    url = base_url + "/v1/images/generations"
+    url = base_url + endpoint
+    sender = _send_video if endpoint == VIDEOS else _send
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         origin = time.perf_counter()
 
         async def send(i: int, spec: RequestSpec, scheduled_s: float | None) -> RequestResult:
-            result = await _send(session, url, i, spec, scheduled_s, origin)
+            result = await sender(session, url, i, spec, scheduled_s, origin)
             if on_result is not None:
                 on_result(result)
             return result
@@ -196,19 +241,20 @@ async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], durati
 
 
 def run_trace(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None = None,
-              on_result: Callable[[RequestResult], None] | None = None) -> tuple[list[RequestResult], float]:
+              on_result: Callable[[RequestResult], None] | None = None, endpoint: str = IMAGES
+              ) -> tuple[list[RequestResult], float]:
     """Send the trace to ``base_url``; the per-request results and the block's wall time (first send to last
     response), the ``duration`` of the engine's bench_serving. ``on_result`` sees each result as it completes (what
     a Ctrl-C in the middle of a block keeps)."""
-    return asyncio.run(_run(base_url, trace, specs, duration_s, on_result))
+    return asyncio.run(_run(base_url, trace, specs, duration_s, on_result, endpoint))
 
 
-def warm(base_url: str, specs: Sequence[RequestSpec], count: int) -> list[RequestResult]:
+def warm(base_url: str, specs: Sequence[RequestSpec], count: int, endpoint: str = IMAGES) -> list[RequestResult]:
     """``count`` sequential requests (cycling over every shape first), kept out of the statistics."""
     if count <= 0:
         return []
     distinct = {s.shape: i for i, s in reversed(list(enumerate(specs)))}
     order = sorted(distinct.values())
     indices = tuple(order[i % len(order)] for i in range(max(count, len(order))))
-    results, _ = run_trace(base_url, Trace(LoadPoint("concurrency", 1), indices, None, 0), specs)
+    results, _ = run_trace(base_url, Trace(LoadPoint("concurrency", 1), indices, None, 0), specs, endpoint=endpoint)
     return results

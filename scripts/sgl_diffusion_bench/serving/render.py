@@ -25,6 +25,10 @@ def markdown(doc: Mapping[str, Any]) -> str:
              f"- blocks: {doc['settings']['block_order']}; {doc['settings']['rounds']} round(s), "
              f"{doc['settings']['requests_per_block'] or 'duration-bound'} requests per block, seed "
              f"{doc['settings']['seed']}"]
+    poll = doc["settings"].get("video_poll_s")
+    if poll:
+        lines.append(f"- requests: text-to-video jobs (`{doc['settings']['endpoint']}`), each polled every "
+                     f"{poll * 1000:g} ms: a latency is at most that late")
     source = doc["requests_source"]
     if source.get("kind") == "manifest":
         lines.append(f"- requests: `{source['path']}` (sha256 {source['sha256'][:12]}…, {source['requests']} "

@@ -8,8 +8,23 @@ from typing import Any, Sequence
 
 from .. import contract
 from ..engine.request_manifest import RequestSpec, SIZE_MULTIPLE
+from ..presets import Preset
+from .load import IMAGES, VIDEOS
 
 _SIZE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*$")
+# The tasks a serving run can send, and where: the engine's bench_serving has no other text-only request.
+SERVED_TASKS = {"t2i": IMAGES, "t2v": VIDEOS}
+
+
+def endpoint(preset: Preset) -> str:
+    """Where the preset's requests go: a text-to-image request or a text-to-video job; other tasks (an input image,
+    a mesh ...) are refused before anything starts, not sent as images and judged on what comes back."""
+    if preset.task in SERVED_TASKS:
+        return SERVED_TASKS[preset.task]
+    raise contract.UsageError(
+        "serving.task_unsupported", f"preset {preset.name!r} is a {preset.task} preset: the serving benchmark sends "
+        "text-to-image requests and text-to-video jobs only", "serve a t2i or t2v preset, or measure this one "
+        f"offline: bench_diffusion_denoise.py --model {preset.name}")
 
 
 def parse_size(text: str, option: str = "--size") -> tuple[int, int]:
@@ -22,8 +37,10 @@ def parse_size(text: str, option: str = "--size") -> tuple[int, int]:
     return width, height
 
 
-def single_request(prompt: str, size: tuple[int, int], steps: int | None, seed: int) -> list[RequestSpec]:
-    sampling: dict[str, Any] = {"seed": seed}
+def single_request(prompt: str, size: tuple[int, int], steps: int | None, seed: int,
+                   frames: dict[str, int | None] | None = None) -> list[RequestSpec]:
+    """The one request of a run without a manifest; ``frames``: a video preset's num_frames and fps."""
+    sampling: dict[str, Any] = {"seed": seed, **{k: v for k, v in (frames or {}).items() if v is not None}}
     if steps is not None:
         sampling["num_inference_steps"] = steps
     return [RequestSpec("request-00001", prompt, size[0], size[1], sampling)]
