@@ -6,6 +6,7 @@ any server starts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -351,6 +352,53 @@ def test_a_video_request_carries_its_frames_in_its_shape_and_its_job_body():
     assert spec.shape == "64x32x9f@2steps"
     assert spec.video_payload() == {"model": "default", "prompt": "a cat", "size": "64x32", "num_outputs_per_prompt": 1,
                                     "num_frames": 9, "fps": 8, "seed": 7, "num_inference_steps": 2}
+
+
+def test_a_video_job_that_fails_or_never_gets_an_id_is_a_failed_request_naming_why():
+    """A real HTTP server (aiohttp) answering as sglang's video API does when a job fails."""
+    from aiohttp import web
+    from sgl_diffusion_bench.engine.request_manifest import RequestSpec
+    from sgl_diffusion_bench.serving import load
+
+    polls = []
+
+    async def create(request):
+        body = await request.json()
+        return web.json_response({"id": "job-1"} if body["prompt"] == "fails" else {})
+
+    async def status(request):
+        polls.append(request.match_info["job"])
+        return web.json_response({"status": "failed", "error": {"message": "out of memory"}} if len(polls) > 1
+                                 else {"status": "processing"})
+
+    port, ready, stop = engine_process.free_port(), threading.Event(), threading.Event()
+
+    def serve() -> None:  # the server on its own event loop, in a thread; the client is the product's, in this one
+        async def main():
+            app = web.Application()
+            app.add_routes([web.post("/v1/videos", create), web.get("/v1/videos/{job}", status)])
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.02)
+            await runner.cleanup()
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    specs = [RequestSpec(name, name, 64, 64, {"num_frames": 5}) for name in ("fails", "no-id")]
+    try:
+        (failed, no_id), _ = load.run_trace(f"http://127.0.0.1:{port}", load.Trace(
+            load.LoadPoint("concurrency", 1), (0, 1), None, 0), specs, endpoint=load.VIDEOS)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not failed.success and "job failed" in failed.error and "out of memory" in failed.error
+    assert polls == ["job-1", "job-1"] and failed.latency >= load.VIDEO_POLL_S  # polled until it failed
+    assert not no_id.success and no_id.error == "HTTP 200 without a job id" and no_id.output_sha256 is None
 
 
 @pytest.mark.parametrize("rate", ["0", "-1", "2,0", "inf", "nan"])

@@ -143,65 +143,71 @@ def _outputs(body: Any) -> tuple[int, str | None]:
     return len(data), digest.hexdigest() if inline else None
 
 
-async def _send(session: Any, url: str, index: int, spec: RequestSpec, scheduled_s: float | None,
-                origin: float) -> RequestResult:
-    start = time.perf_counter()
-    result = RequestResult(index, spec.request_id, spec.shape, scheduled_s, start - origin, 0.0, False)
-    try:
-        async with session.post(url, json=spec.payload()) as response:
-            if response.status == 200:
-                body = await response.json()
-                result.output_count, result.output_sha256 = _outputs(body)
-                result.success = result.output_count > 0
-                if not result.success:
-                    result.error = "HTTP 200 without outputs"
-                for name in ("inference_time_s", "peak_memory_mb"):
-                    value = body.get(name)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        setattr(result, name, float(value))
-            else:
-                result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
-    except Exception as exc:  # a refused connection, a timeout, a reset: the request failed, the run goes on
-        result.error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-    result.latency = time.perf_counter() - start
-    return result
+def _server_figures(result: RequestResult, body: dict[str, Any]) -> None:
+    """The server's own figures, where the response carries them."""
+    for name in ("inference_time_s", "peak_memory_mb"):
+        value = body.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            setattr(result, name, float(value))
 
 
-async def _send_video(session: Any, url: str, index: int, spec: RequestSpec, scheduled_s: float | None,
-                      origin: float) -> RequestResult:
-    start = time.perf_counter()
-    result = RequestResult(index, spec.request_id, spec.shape, scheduled_s, start - origin, 0.0, False)
-    try:
-        async with session.post(url, json=spec.video_payload()) as response:
+async def _image_request(session: Any, url: str, spec: RequestSpec, result: RequestResult) -> float | None:
+    """One POST whose response holds the images; the latency ends once it is parsed (None: now)."""
+    async with session.post(url, json=spec.payload()) as response:
+        if response.status != 200:
+            result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+            return None
+        body = await response.json()
+        result.output_count, result.output_sha256 = _outputs(body)
+        result.success = result.output_count > 0
+        if not result.success:
+            result.error = "HTTP 200 without outputs"
+        _server_figures(result, body)
+    return None
+
+
+async def _video_job(session: Any, url: str, spec: RequestSpec, result: RequestResult) -> float | None:
+    """A job made by one POST and polled until it is completed or failed; the latency ends at the poll that saw it
+    completed (returned), before the video's bytes are fetched for their hash."""
+    async with session.post(url, json=spec.video_payload()) as response:
+        if response.status != 200:
+            result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+            return None
+        job = (await response.json()).get("id")
+    if not job:
+        result.error = "HTTP 200 without a job id"
+        return None
+    while True:
+        async with session.get(f"{url}/{job}") as response:
             if response.status != 200:
                 result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
-                result.latency = time.perf_counter() - start
-                return result
-            job = (await response.json()).get("id")
-        while True:
-            async with session.get(f"{url}/{job}") as response:
-                body = await response.json() if response.status == 200 else {}
-                if response.status != 200 or body.get("status") == "failed":
-                    result.error = (f"job failed: {body.get('error')}" if body else
-                                    f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}")[:ERROR_CHARS]
-                    break
-                if body.get("status") == "completed":
-                    result.latency = time.perf_counter() - start
-                    result.success, result.output_count = True, int(body.get("num_outputs") or 1)
-                    for name in ("inference_time_s", "peak_memory_mb"):
-                        value = body.get(name)
-                        if isinstance(value, (int, float)) and not isinstance(value, bool):
-                            setattr(result, name, float(value))
-                    break
-            await asyncio.sleep(VIDEO_POLL_S)
-        if result.success:
-            async with session.get(f"{url}/{job}/content") as response:
-                if response.status == 200:
-                    result.output_sha256 = hashlib.sha256(await response.read()).hexdigest()
-            return result
+                return None
+            body = await response.json()
+        if body.get("status") == "failed":
+            result.error = f"job failed: {body.get('error')}"[:ERROR_CHARS]
+            return None
+        if body.get("status") == "completed":
+            done_at = time.perf_counter()
+            break
+        await asyncio.sleep(VIDEO_POLL_S)
+    result.success, result.output_count = True, int(body.get("num_outputs") or 1)
+    _server_figures(result, body)
+    async with session.get(f"{url}/{job}/content") as response:
+        if response.status == 200:
+            result.output_sha256 = hashlib.sha256(await response.read()).hexdigest()
+    return done_at
+
+
+async def _send(session: Any, url: str, index: int, spec: RequestSpec, scheduled_s: float | None,
+                origin: float, exchange: Callable[..., Any]) -> RequestResult:
+    start = time.perf_counter()
+    result = RequestResult(index, spec.request_id, spec.shape, scheduled_s, start - origin, 0.0, False)
+    done_at = None
+    try:
+        done_at = await exchange(session, url, spec, result)
     except Exception as exc:  # a refused connection, a timeout, a reset: the request failed, the run goes on
-        result.error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-    result.latency = time.perf_counter() - start
+        result.success, result.error = False, f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    result.latency = (done_at or time.perf_counter()) - start
     return result
 
 
@@ -209,14 +215,14 @@ async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], durati
                on_result: Callable[[RequestResult], None] | None, endpoint: str) -> tuple[list[RequestResult], float]:
     aiohttp = _aiohttp()
     url = base_url + endpoint
-    sender = _send_video if endpoint == VIDEOS else _send
+    exchange = _video_job if endpoint == VIDEOS else _image_request
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         origin = time.perf_counter()
 
         async def send(i: int, spec: RequestSpec, scheduled_s: float | None) -> RequestResult:
-            result = await sender(session, url, i, spec, scheduled_s, origin)
+            result = await _send(session, url, i, spec, scheduled_s, origin, exchange)
             if on_result is not None:
                 on_result(result)
             return result
