@@ -339,11 +339,29 @@ def test_a_video_preset_is_served_as_video_jobs_of_mixed_shapes(tmp_path):
     assert "polled every 50 ms" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_a_preset_whose_requests_need_an_input_image_is_refused_before_anything_starts():
-    run = run_main("bench_diffusion_serving", "--model", "tiny-wan-i2v-cpu", "--request-rate", "1", "--json")
+@pytest.mark.engine
+@pytest.mark.torch
+def test_an_image_to_video_preset_uploads_its_input_image_with_every_job(tmp_path):
+    # an empty work folder: the bundled image is installed by the run, then uploaded as input_reference
+    run = run_script("bench_diffusion_serving", "--model", "tiny-wan-i2v-cpu", "--request-rate", "1", "--requests",
+                     "1", "--output-dir", str(tmp_path / "out"), "--json", timeout=900,
+                     env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work")})
+    doc = run.document
+    assert run.returncode == 0 and doc["status"] == "valid", run.stderr[-3000:]
+    image = tmp_path / "work" / "inputs" / "diffusion_benchmark" / "figs" / "tiny_input_64.png"
+    assert doc["settings"]["input_image"] == str(image) and image.is_file() and doc["outputs_identical"]
+    (point,) = doc["load_points"]
+    assert all(r["success"] and r["shape"] == "64x64x5f@2steps" for b in point["blocks"] for r in b["requests"])
+    for arm in ("a", "b"):  # the engine read the uploaded copy of that image for every measured job and the warm-up
+        log = (tmp_path / "out" / f"server-{arm}" / "server.log").read_text()
+        assert len(re.findall(r"image_path: \S+/inputs/uploads/\S+_tiny_input_64\.png", log)) == 3
+
+
+def test_a_preset_whose_requests_are_not_text_or_image_to_video_is_refused_before_anything_starts():
+    run = run_main("bench_diffusion_serving", "--model", "qwen-edit", "--request-rate", "1", "--json")
     error = run.document["error"]
     assert run.returncode == 2 and error["code"] == "serving.task_unsupported"
-    assert "i2v preset" in error["message"] and "bench_diffusion_denoise" in error["hint"]
+    assert "edit preset" in error["message"] and "bench_diffusion_denoise" in error["hint"]
 
 
 def test_a_video_request_carries_its_frames_in_its_shape_and_its_job_body():

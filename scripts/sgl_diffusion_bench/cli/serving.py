@@ -157,7 +157,7 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
         seed=args.seed, ports={"A": args.port_a, "B": args.port_b}, startup_timeout_s=args.startup_timeout_s,
         output_dir=output_dir, use_cpu_adapter=not inventory.gpus, threshold_pct=args.threshold_pct,
         resamples=stats.DEFAULT_RESAMPLES, confidence=stats.DEFAULT_CONFIDENCE,
-        min_rounds=sample_size.DEFAULT_MIN_ROUNDS, endpoint=endpoint)
+        min_rounds=sample_size.DEFAULT_MIN_ROUNDS, endpoint=endpoint, input_image=requests.input_image(preset))
 
 
 def handle(args: argparse.Namespace) -> _runner.Result:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import hashlib
 import itertools
 import random
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import contract
@@ -166,10 +168,22 @@ async def _image_request(session: Any, url: str, spec: RequestSpec, result: Requ
     return None
 
 
-async def _video_job(session: Any, url: str, spec: RequestSpec, result: RequestResult) -> float | None:
+def _job_body(spec: RequestSpec, image: tuple[str, bytes] | None) -> dict[str, Any]:
+    """The job's JSON body, or with an input image the same fields as a multipart form (input_reference: the file)."""
+    if image is None:
+        return {"json": spec.video_payload()}
+    form = _aiohttp().FormData()
+    for name, value in spec.video_payload().items():
+        form.add_field(name, str(value))
+    form.add_field("input_reference", image[1], filename=image[0], content_type="application/octet-stream")
+    return {"data": form}
+
+
+async def _video_job(session: Any, url: str, spec: RequestSpec, result: RequestResult,
+                     image: tuple[str, bytes] | None = None) -> float | None:
     """A job made by one POST and polled until it is completed or failed; the latency ends at the poll that saw it
     completed (returned), before the video's bytes are fetched for their hash."""
-    async with session.post(url, json=spec.video_payload()) as response:
+    async with session.post(url, **_job_body(spec, image)) as response:
         if response.status != 200:
             result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
             return None
@@ -212,10 +226,12 @@ async def _send(session: Any, url: str, index: int, spec: RequestSpec, scheduled
 
 
 async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None,
-               on_result: Callable[[RequestResult], None] | None, endpoint: str) -> tuple[list[RequestResult], float]:
+               on_result: Callable[[RequestResult], None] | None, endpoint: str,
+               image: Path | None) -> tuple[list[RequestResult], float]:
     aiohttp = _aiohttp()
     url = base_url + endpoint
-    exchange = _video_job if endpoint == VIDEOS else _image_request
+    exchange = _image_request if endpoint == IMAGES else functools.partial(
+        _video_job, image=None if image is None else (image.name, image.read_bytes()))
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -247,20 +263,22 @@ async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], durati
 
 
 def run_trace(base_url: str, trace: Trace, specs: Sequence[RequestSpec], duration_s: float | None = None,
-              on_result: Callable[[RequestResult], None] | None = None, endpoint: str = IMAGES
-              ) -> tuple[list[RequestResult], float]:
+              on_result: Callable[[RequestResult], None] | None = None, endpoint: str = IMAGES,
+              image: Path | None = None) -> tuple[list[RequestResult], float]:
     """Send the trace to ``base_url``; the per-request results and the block's wall time (first send to last
     response), the ``duration`` of the engine's bench_serving. ``on_result`` sees each result as it completes (what
     a Ctrl-C in the middle of a block keeps)."""
-    return asyncio.run(_run(base_url, trace, specs, duration_s, on_result, endpoint))
+    return asyncio.run(_run(base_url, trace, specs, duration_s, on_result, endpoint, image))
 
 
-def warm(base_url: str, specs: Sequence[RequestSpec], count: int, endpoint: str = IMAGES) -> list[RequestResult]:
+def warm(base_url: str, specs: Sequence[RequestSpec], count: int, endpoint: str = IMAGES,
+         image: Path | None = None) -> list[RequestResult]:
     """``count`` sequential requests (cycling over every shape first), kept out of the statistics."""
     if count <= 0:
         return []
     distinct = {s.shape: i for i, s in reversed(list(enumerate(specs)))}
     order = sorted(distinct.values())
     indices = tuple(order[i % len(order)] for i in range(max(count, len(order))))
-    results, _ = run_trace(base_url, Trace(LoadPoint("concurrency", 1), indices, None, 0), specs, endpoint=endpoint)
+    results, _ = run_trace(base_url, Trace(LoadPoint("concurrency", 1), indices, None, 0), specs, endpoint=endpoint,
+                           image=image)
     return results

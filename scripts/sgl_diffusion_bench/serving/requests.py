@@ -6,25 +6,46 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from .. import contract
+from pathlib import Path
+
+from .. import assets, contract, work_dirs
 from ..engine.request_manifest import RequestSpec, SIZE_MULTIPLE
 from ..presets import Preset
 from .load import IMAGES, VIDEOS
 
 _SIZE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*$")
-# The tasks a serving run can send, and where: the engine's bench_serving has no other text-only request.
-SERVED_TASKS = {"t2i": IMAGES, "t2v": VIDEOS}
+# The tasks a serving run can send, and where, as the engine's bench_serving sends them: an image-to-video job
+# uploads the preset's input image with every request.
+SERVED_TASKS = {"t2i": IMAGES, "t2v": VIDEOS, "i2v": VIDEOS}
 
 
 def endpoint(preset: Preset) -> str:
-    """Where the preset's requests go: a text-to-image request or a text-to-video job; other tasks (an input image,
-    a mesh ...) are refused before anything starts, not sent as images and judged on what comes back."""
-    if preset.task in SERVED_TASKS:
+    """Where the preset's requests go: a text-to-image request or a video job; other tasks (an edit, a mesh ...) are
+    refused before anything starts, not sent as images and judged on what comes back."""
+    if preset.task in SERVED_TASKS and (preset.task != "i2v" or preset.asset):
         return SERVED_TASKS[preset.task]
     raise contract.UsageError(
         "serving.task_unsupported", f"preset {preset.name!r} is a {preset.task} preset: the serving benchmark sends "
-        "text-to-image requests and text-to-video jobs only", "serve a t2i or t2v preset, or measure this one "
-        f"offline: bench_diffusion_denoise.py --model {preset.name}")
+        "text-to-image requests and text- or image-to-video jobs (the preset's input image) only",
+        f"serve a t2i, t2v or i2v preset, or measure this one offline: bench_diffusion_denoise.py --model "
+        f"{preset.name}")
+
+
+def input_image(preset: Preset) -> Path | None:
+    """The image an image-to-video preset's jobs upload: its asset, installed from the bundle where missing."""
+    if preset.task != "i2v":
+        return None
+    filenames = {a.id: a.filename for a in assets.load_manifest()}
+    if preset.asset not in filenames:
+        raise contract.InputError("input.unknown_asset", f"preset {preset.name!r} names asset {preset.asset!r}, "
+                                  "which the asset manifest does not list", "add it to data/assets.yaml")
+    path = work_dirs.assets_dir(mkdir=True) / filenames[preset.asset]
+    if not path.is_file():
+        assets.install_bundled(path.parent, {path})
+    if not path.is_file():
+        raise contract.PreconditionError("assets.missing", f"input assets missing: {path}",
+                                         "run bench_diffusion_denoise.py --fetch-assets --json first")
+    return path
 
 
 def parse_size(text: str, option: str = "--size") -> tuple[int, int]:

@@ -53,6 +53,7 @@ class ServingRequest:
     confidence: float
     min_rounds: int
     endpoint: str = load.IMAGES  # load.VIDEOS for a video preset
+    input_image: Path | None = None  # what an image-to-video preset's jobs upload
 
     def argv(self, arm: str, port: int) -> list[str]:
         return server.serve_argv(self.sglang_cli, self.model_path, port, [*self.shared_args, *self.arm_args[arm]])
@@ -99,7 +100,8 @@ def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], trac
     for arm in ARMS:
         with progress.phase(f"server {arm}: {request.warmup_requests} warm-up request(s)"):
             warmups[arm] = [r.to_json() for r in load.warm(servers[arm].spec.base_url, request.specs,
-                                                             request.warmup_requests, request.endpoint)]
+                                                             request.warmup_requests, request.endpoint,
+                                                             request.input_image)]
     points = []
     plan = verdict.block_plan(request.rounds)
 
@@ -118,7 +120,8 @@ def _run_blocks(request: ServingRequest, servers: dict[str, server.Server], trac
                     log.write(json.dumps(contract.redact_values({**where, **result.to_json()}), sort_keys=True) + "\n")
             with progress.phase(f"{trace.point.label}: block {number}/{len(plan)} ({position})"):
                 results, duration = load.run_trace(servers[arm].spec.base_url, trace, request.specs,
-                                                   request.duration_s, on_result=keep, endpoint=request.endpoint)
+                                                   request.duration_s, on_result=keep, endpoint=request.endpoint,
+                                                   image=request.input_image)
             blocks.append({"arm": arm, "round": round_no, "position": position, "duration": duration,
                            "metrics": metrics.block_metrics(results, duration, request.slo_ms),
                            "requests": results, "host": host_load.gate(before, host())})
@@ -209,6 +212,7 @@ def run(request: ServingRequest) -> dict[str, Any]:
                          "resamples": request.resamples, "min_rounds": request.min_rounds,
                          "requests_log": str(requests_log), "endpoint": request.endpoint,
                          "video_poll_s": load.VIDEO_POLL_S if request.endpoint == load.VIDEOS else None,
+                         "input_image": None if request.input_image is None else str(request.input_image),
                          "block_order": "A1 B1 B2 A2 per round, the same trace in every block"},
             "load_points": point_docs,
             "outputs_identical": all(p["output_identity"]["identical"] for p in point_docs),
