@@ -176,6 +176,23 @@ def fetch_one(asset: Asset, assets_dir: Path, lock: dict[str, dict[str, str]], d
     return FetchOutcome(asset, path, "downloaded" if downloaded else "present", actual, expected, hash_source)
 
 
+def filenames() -> dict[str, str]:
+    """Each asset's file name in the assets folder, by asset id."""
+    return {a.id: a.filename for a in load_manifest()}
+
+
+def require(paths: set[Path]) -> None:
+    """Every one of ``paths`` present before a run starts: the bundled ones among the missing installed, anything
+    still missing refused."""
+    wanted = {p for p in paths if not p.is_file()}
+    for folder in {p.parent for p in wanted}:
+        install_bundled(folder, wanted)
+    missing = sorted(str(p) for p in wanted if not p.is_file())
+    if missing:
+        raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
+                                         "run bench_diffusion_denoise.py --fetch-assets --json first")
+
+
 def install_bundled(assets_dir: Path, missing: set[Path]) -> None:
     """Copy the bundled assets among ``missing`` into ``assets_dir`` (verified against their pinned hash): a run needs
     no --fetch-assets for what the bundle ships."""

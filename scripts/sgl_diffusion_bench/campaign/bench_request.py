@@ -71,7 +71,7 @@ def new_runner(request: BenchRequest, preset: Preset, caps: EngineCapabilities, 
     model_path, warnings = tiny_model.model_location(preset, request.model_path, build=build_model)
     ctx = campaign_context.CampaignContext.build(preset, plan_campaign(request, caps, manifest), request.settings,
                                                  caps, model_path=model_path)
-    runner = bench_runner.CampaignRunner(ctx, asset_filenames={a.id: a.filename for a in assets.load_manifest()})
+    runner = bench_runner.CampaignRunner(ctx, asset_filenames=assets.filenames())
     runner.warnings += [w for w in warnings if build_model]  # a plan lists them itself
     return runner
 

@@ -131,13 +131,7 @@ class CampaignRunner:
                 "run.label_taken", f"label {self.settings.label!r} was already used here: {taken[0]}",
                 "choose a new --label (or another --output-dir); earlier results are never overwritten",
                 details={"existing": taken[:10]})
-        wanted = {p for inv in self.invocations for p in inv.required_assets if not p.is_file()}
-        for folder in {p.parent for p in wanted}:
-            assets.install_bundled(folder, wanted)
-        missing = sorted(str(p) for p in wanted if not p.is_file())
-        if missing:
-            raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
-                                             "run bench_diffusion_denoise.py --fetch-assets --json first")
+        assets.require({p for inv in self.invocations for p in inv.required_assets})
         if self.settings.cleanup_model_cache:  # an unwritable ledger refuses now, not after the run
             model_cache.check_ledger(self.settings.ledger_path)
         # Atomic (O_EXCL + flock): a second campaign on this label now fails here, before anything runs.

@@ -58,7 +58,7 @@ def profile_invocation(preset: presets.Preset, caps: EngineCapabilities, request
         preset, options, caps, sglang_cli=[*engine_process.sglang_cli(caps.python), "generate"],
         output_root=request.output_root, assets_dir=work_dirs.assets_dir(), caller_env=dict(os.environ),
         model_path=str(model_path) if model_path else None,
-        asset_filenames={a.id: a.filename for a in assets.load_manifest()})
+        asset_filenames=assets.filenames())
     if not caps.profiler_dir_env:
         raise contract.PreconditionError("engine.profiler_dir_unknown", f"{caps.label}: no profiler directory "
                                          "variable is known", "re-run with --refresh-probe, or upgrade the bundle")

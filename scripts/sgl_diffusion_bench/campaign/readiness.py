@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .. import contract, fileio, hf_settings, work_dirs
+from .. import assets, contract, fileio, hf_settings, work_dirs
 from ..engine import command_builder, engine_process, gpu, model_access, tiny_model
 from ..engine.capabilities import EngineCapabilities
 from ..presets import Preset
@@ -76,23 +76,17 @@ def engine_check(preset: Preset, caps: EngineCapabilities) -> dict[str, Any]:
             sglang_cli=[*engine_process.sglang_cli(), "generate"], output_root=Path("/nonexistent/readiness"),
             assets_dir=work_dirs.assets_dir(), caller_env=dict(os.environ),
             model_path="<local model>" if preset.local_model else None,
-            asset_filenames=_asset_filenames())
+            asset_filenames=assets.filenames())
     except contract.ToolError as exc:
         return _check(False, f"{exc.code}: {exc.message}", engine=caps.label, code=exc.code)
     return _check(True, f"{caps.label} accepts every flag the preset needs ({len(inv.argv)} tokens)",
                   engine=caps.label, code=None)
 
 
-def _asset_filenames() -> dict[str, str]:
-    from .. import assets
-
-    return {a.id: a.filename for a in assets.load_manifest()}
-
-
 def assets_check(preset: Preset) -> dict[str, Any]:
     if not preset.asset:
         return _check(True, "the preset takes no input image", path=None)
-    path = work_dirs.assets_dir() / _asset_filenames()[preset.asset]
+    path = work_dirs.assets_dir() / assets.filenames()[preset.asset]
     return _check(path.is_file(), f"input {path} is present" if path.is_file() else
                   f"input {path} is missing: run bench_diffusion_denoise.py --fetch-assets --json", path=str(path))
 

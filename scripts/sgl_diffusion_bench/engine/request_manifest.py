@@ -56,19 +56,19 @@ class RequestSpec:
                                 "n": int(self.sampling.get("num_outputs_per_prompt", 1)),
                                 "response_format": "b64_json", "size": f"{self.width}x{self.height}",
                                 "output_format": "png"}
-        for name in PAYLOAD_FIELDS:
-            if name in self.sampling and name != "num_outputs_per_prompt":
-                body[name] = self.sampling[name]
-        return body
+        return {**body, **self._sampling_fields(PAYLOAD_FIELDS)}
 
     def video_payload(self) -> dict[str, Any]:
         """The JSON body of POST /v1/videos, as the engine's bench_serving builds it (model, prompt, size,
         num_frames, fps, num_inference_steps), plus the manifest's seed and other sampling fields."""
         body: dict[str, Any] = {"model": "default", "prompt": self.prompt, "size": f"{self.width}x{self.height}",
                                 "num_outputs_per_prompt": int(self.sampling.get("num_outputs_per_prompt", 1))}
-        body.update({name: self.sampling[name] for name in VIDEO_PAYLOAD_FIELDS
-                     if name in self.sampling and name != "num_outputs_per_prompt"})
-        return body
+        return {**body, **self._sampling_fields(VIDEO_PAYLOAD_FIELDS)}
+
+    def _sampling_fields(self, fields: tuple[str, ...]) -> dict[str, Any]:
+        """The manifest's values of ``fields``; the output count goes under each API's own name."""
+        return {name: self.sampling[name] for name in fields
+                if name in self.sampling and name != "num_outputs_per_prompt"}
 
     def to_json(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "prompt": self.prompt, "width": self.width, "height": self.height,

@@ -145,6 +145,10 @@ def _outputs(body: Any) -> tuple[int, str | None]:
     return len(data), digest.hexdigest() if inline else None
 
 
+async def _http_error(response: Any) -> str:
+    return f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+
+
 def _server_figures(result: RequestResult, body: dict[str, Any]) -> None:
     """The server's own figures, where the response carries them."""
     for name in ("inference_time_s", "peak_memory_mb"):
@@ -157,7 +161,7 @@ async def _image_request(session: Any, url: str, spec: RequestSpec, result: Requ
     """One POST whose response holds the images; the latency ends once it is parsed (None: now)."""
     async with session.post(url, json=spec.payload()) as response:
         if response.status != 200:
-            result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+            result.error = await _http_error(response)
             return None
         body = await response.json()
         result.output_count, result.output_sha256 = _outputs(body)
@@ -185,7 +189,7 @@ async def _video_job(session: Any, url: str, spec: RequestSpec, result: RequestR
     completed (returned), before the video's bytes are fetched for their hash."""
     async with session.post(url, **_job_body(spec, image)) as response:
         if response.status != 200:
-            result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+            result.error = await _http_error(response)
             return None
         job = (await response.json()).get("id")
     if not job:
@@ -194,7 +198,7 @@ async def _video_job(session: Any, url: str, spec: RequestSpec, result: RequestR
     while True:
         async with session.get(f"{url}/{job}") as response:
             if response.status != 200:
-                result.error = f"HTTP {response.status}: {(await response.text())[:ERROR_CHARS]}"
+                result.error = await _http_error(response)
                 return None
             body = await response.json()
         if body.get("status") == "failed":

@@ -35,16 +35,12 @@ def input_image(preset: Preset) -> Path | None:
     """The image an image-to-video preset's jobs upload: its asset, installed from the bundle where missing."""
     if preset.task != "i2v":
         return None
-    filenames = {a.id: a.filename for a in assets.load_manifest()}
+    filenames = assets.filenames()
     if preset.asset not in filenames:
         raise contract.InputError("input.unknown_asset", f"preset {preset.name!r} names asset {preset.asset!r}, "
                                   "which the asset manifest does not list", "add it to data/assets.yaml")
-    path = work_dirs.assets_dir(mkdir=True) / filenames[preset.asset]
-    if not path.is_file():
-        assets.install_bundled(path.parent, {path})
-    if not path.is_file():
-        raise contract.PreconditionError("assets.missing", f"input assets missing: {path}",
-                                         "run bench_diffusion_denoise.py --fetch-assets --json first")
+    path = work_dirs.assets_dir() / filenames[preset.asset]
+    assets.require({path})
     return path
 
 
