@@ -17,6 +17,7 @@ _ = pytestmark  # pytest reads it
 _ = collect_ignore  # tests/conftest.py: pytest reads it (keeps tests/fixtures out of collection)
 _ = _stop_leftovers  # serving/server.py: registered with atexit by its decorator
 _ = _no_cli_left_running  # tests/test_serving.py: an autouse fixture pytest calls
+_ = small_pieces  # tests/test_trace_pieces.py: an autouse fixture pytest calls
 _ = token_present  # model_access.Access: a field serialised by dataclasses.asdict
 # engine/inside/cpu_adapter/sgl_cpu_adapter.py: patched platform methods and their signatures, called by sglang
 _ = get_device_properties, including_emulation, get_local_torch_device, get_attn_backend_cls_str

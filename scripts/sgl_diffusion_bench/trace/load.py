@@ -1,57 +1,24 @@
 """Read a torch.profiler Chrome trace (``.json`` or ``.json.gz``) once, decoding only the fields analyses use.
 
-Decoding is typed (msgspec Structs), so the large ``args`` of CPU ops and Python frames are skipped rather than
-materialised: a 130 MB trace decodes in a fraction of a second and a few hundred MB of memory. Every way a file can
-fail to be a trace becomes an ``InputError`` (exit 2) with a hint, never a traceback.
+Decoding is typed (``events``), and a large file is decoded by several processes at once (``pieces``). Every way a
+file can fail to be a trace becomes an ``InputError`` (exit 2) with a hint, never a traceback.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
 
 import msgspec
 
 from .. import inputs
 from ..contract import InputError
-from .model import Trace, build_trace
+from . import pieces
+from .events import DECODER, DistributedInfo, Event
+from .model import Trace, build_trace, merge_tables, split_events
 
 GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
-# Microseconds. A duration is never negative and never longer than ~115 days; a timestamp is finite and bounded, so
-# sums over millions of events stay finite (1.7e308 or -5 in a trace is damage, refused as not a trace).
-Duration = Annotated[float, msgspec.Meta(ge=0, le=1e13)]
-Timestamp = Annotated[float, msgspec.Meta(ge=-1e18, le=1e18)]
-Id = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
-
-
-class _Args(msgspec.Struct, gc=False):
-    correlation: Id | None = None
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Id | str = 0
-    tid: Id | str = 0
-    ts: Timestamp = 0.0
-    dur: Duration = 0.0
-    args: _Args | None = None
-
-
-class _DistributedInfo(msgspec.Struct, gc=False):
-    rank: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)] | None = None
-    world_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None = None
-
-
-class _TraceFile(msgspec.Struct, gc=False):
-    traceEvents: list[_Event]
-    distributedInfo: _DistributedInfo | None = None
-
-
-_DECODER = msgspec.json.Decoder(_TraceFile | list[_Event])
 
 
 def read_trace_bytes(path: Path) -> bytes:
@@ -81,9 +48,9 @@ def read_trace_bytes(path: Path) -> bytes:
     return raw
 
 
-def decode_events(raw: bytes, source: str) -> tuple[list[_Event], _DistributedInfo | None]:
+def decode_events(raw: bytes, source: str) -> tuple[list[Event], DistributedInfo | None]:
     try:
-        decoded = _DECODER.decode(raw)
+        decoded = DECODER.decode(raw)
     except RecursionError:  # a 100,000-deep object in a skipped field: refused like a deep array
         raise InputError("input.trace_corrupt", f"{source} nests deeper than a JSON reader can follow",
                          "pass the trace the profiler wrote; a trace nests a few levels deep") from None
@@ -100,19 +67,29 @@ def decode_events(raw: bytes, source: str) -> tuple[list[_Event], _DistributedIn
     return decoded.traceEvents, decoded.distributedInfo
 
 
-def load_trace(path: str | Path) -> Trace:
-    """Parse one trace file into the compact ``Trace`` model."""
+def load_trace(path: str | Path, processes: int | None = None) -> Trace:
+    """Parse one trace file into the compact ``Trace`` model; a large file is decoded by up to ``processes`` worker
+    processes at once (default: the host's cores, see ``pieces``)."""
     path = Path(path)
-    raw = read_trace_bytes(path)
-    size = len(raw)
-    events, dist = decode_events(raw, str(path))
-    del raw
-    if not events:
+    processes = pieces.usable_processes(processes)
+    text = pieces.map_plain_file(path) if processes > 1 else None
+    text = read_trace_bytes(path) if text is None else text
+    size = len(text)
+    in_pieces = pieces.decode_in_pieces(text, processes)
+    if in_pieces is None:
+        events, dist = decode_events(text, str(path))
+        tables = split_events(events)
+        del events
+    else:
+        parts, dist = in_pieces
+        tables = merge_tables(parts)
+    del text
+    if not tables.event_count:
         raise InputError("input.trace_empty", f"{path} holds no trace events",
                          "the profiler recorded nothing; check that the profiled region actually ran")
     rank = dist.rank if dist is not None else None
     if rank is None:
         match = _RANK_IN_NAME.search(path.name)
         rank = int(match.group(1)) if match else None
-    return build_trace(events, source=str(path), json_bytes=size, rank=rank,
+    return build_trace(tables, source=str(path), json_bytes=size, rank=rank,
                        world_size=dist.world_size if dist is not None else None)

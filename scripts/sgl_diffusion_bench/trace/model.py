@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+from array import array
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:
@@ -50,14 +51,15 @@ STEP_FRAME_SUFFIX = ": _run_denoising_step"
 
 @dataclasses.dataclass(frozen=True)
 class Events:
-    """A columnar table of complete ('X') events of one kind; ``name`` indexes ``Trace.names``."""
+    """A columnar table of complete ('X') events of one kind; ``name`` indexes ``Trace.names``. Columns are typed
+    arrays (``array.array``): read like lists, passed between processes and to numpy as plain memory."""
 
-    name: list[int]
-    ts: list[float]
-    dur: list[float]
-    thread: list[int]  # for cpu_ops: the (pid, tid) they ran on, which their nesting (self time) is read from
-    kind: list[int]  # empty for cpu_ops
-    correlation: list[int]  # empty for cpu_ops
+    name: array  # of int64
+    ts: array  # of float64
+    dur: array  # of float64
+    thread: array  # int64; for cpu_ops: the (pid, tid) they ran on, which their nesting (self time) is read from
+    kind: array  # int64; empty for cpu_ops
+    correlation: array  # int64; empty for cpu_ops
 
     def __len__(self) -> int:
         return len(self.name)
@@ -111,7 +113,7 @@ class Trace:
 
 
 def _new_events() -> Events:
-    return Events([], [], [], [], [], [])
+    return Events(array("q"), array("d"), array("d"), array("q"), array("q"), array("q"))
 
 
 def stage_name_for_module(module: str) -> str:
@@ -119,71 +121,115 @@ def stage_name_for_module(module: str) -> str:
     return "".join(part.capitalize() for part in module.split("_")) + "Stage"
 
 
-def build_trace(events: Sequence, *, source: str, json_bytes: int, rank: int | None,
-                world_size: int | None) -> Trace:
-    """Split decoded events into tables (one pass), intern names, then tag launches with stage and step."""
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
-    thread_ids: dict[tuple, int] = {}
-    device, calls, annotations, cpu_ops, frames, step_frames = (_new_events() for _ in range(6))
-    device_kinds, call_kinds = DEVICE_KINDS, CALL_KINDS
-    op_names, op_ts, op_dur, op_thread = cpu_ops.name, cpu_ops.ts, cpu_ops.dur, cpu_ops.thread
+TABLES = ("device", "calls", "annotations", "cpu_ops", "frames", "step_frames")
 
-    def intern(name: str) -> int:
-        nid = name_ids.get(name)
-        if nid is None:
-            nid = name_ids[name] = len(names)
-            names.append(name)
-        return nid
 
-    def add(table: Events, e, kind: int, correlation: int, name: str | None = None) -> None:
-        thread = thread_ids.setdefault((e.pid, e.tid), len(thread_ids))
-        table.name.append(intern(e.name if name is None else name))
-        table.ts.append(e.ts)
-        table.dur.append(e.dur)
-        table.thread.append(thread)
-        table.kind.append(kind)
-        table.correlation.append(correlation)
+@dataclasses.dataclass(frozen=True)
+class EventTables:
+    """The events an analysis keeps, split into tables by kind, with names and (pid, tid) threads interned.
 
+    Ids are local to one ``split_events`` call: pieces of one file decoded in several processes are joined by
+    ``merge_tables``, which renumbers them. ``frames`` are stage-module Python frames named after their stage,
+    ``step_frames`` the denoise loop's per-step frames."""
+
+    event_count: int
+    names: list[str]
+    threads: list[tuple]
+    device: Events
+    calls: Events
+    annotations: Events
+    cpu_ops: Events
+    frames: Events
+    step_frames: Events
+
+
+def split_events(events: Sequence) -> EventTables:
+    """One pass sorts the complete ('X') events into per-kind lists; each table's columns are then list
+    comprehensions (per-event work kept out of Python function calls: this runs over every event of the trace)."""
+    device_kinds, call_kinds, cpu_op_categories = DEVICE_KINDS, CALL_KINDS, CPU_OP_CATEGORIES
+    ops, device, calls, annotations, frames, frame_names, step_frames = [], [], [], [], [], [], []
     for e in events:
-        if e.ph != "X":
-            continue
         cat = e.cat
-        kind = device_kinds.get(cat)
-        if kind is not None:
-            args = e.args
-            add(device, e, kind, args.correlation if args is not None and args.correlation is not None else -1)
+        if cat in cpu_op_categories:  # the most numerous events first
+            if e.ph == "X":
+                ops.append(e)
+        elif e.ph != "X":
             continue
-        kind = call_kinds.get(cat)
-        if kind is not None:
-            args = e.args
-            add(calls, e, kind, args.correlation if args is not None and args.correlation is not None else -1)
-        elif cat in CPU_OP_CATEGORIES:  # the most numerous events: only name, ts, dur and thread are kept
-            op_names.append(intern(e.name))
-            op_ts.append(e.ts)
-            op_dur.append(e.dur)
-            op_thread.append(thread_ids.setdefault((e.pid, e.tid), len(thread_ids)))
+        elif cat in device_kinds:
+            device.append(e)
+        elif cat in call_kinds:
+            calls.append(e)
         elif cat == "user_annotation":
-            add(annotations, e, 0, -1)
+            annotations.append(e)
         elif cat == "python_function" and "/stages/" in e.name:
             match = STAGE_FRAME.search(e.name)
             if match and match.group(1) not in NON_STAGE_MODULES:
-                add(frames, e, 0, -1, stage_name_for_module(match.group(1)))
+                frames.append(e)
+                frame_names.append(stage_name_for_module(match.group(1)))
             if e.name.endswith(STEP_FRAME_SUFFIX):
-                add(step_frames, e, 0, -1)
+                step_frames.append(e)
+    name_ids: dict[str, int] = {}
+    thread_ids: dict[tuple, int] = {}
 
+    def columns(rows: list, names: list[str] | None = None) -> tuple[array, array, array, array]:
+        return (array("q", [name_ids.setdefault(n, len(name_ids))
+                            for n in ([e.name for e in rows] if names is None else names)]),
+                array("d", [e.ts for e in rows]), array("d", [e.dur for e in rows]),
+                array("q", [thread_ids.setdefault((e.pid, e.tid), len(thread_ids)) for e in rows]))
+
+    def linked(rows: list, kinds: dict[str, int]) -> Events:  # device ops and the calls launching them
+        return Events(*columns(rows), array("q", [kinds[e.cat] for e in rows]),
+                      array("q", [-1 if (a := e.args) is None or a.correlation is None else a.correlation
+                                  for e in rows]))
+
+    def ranges(rows: list, names: list[str] | None = None) -> Events:  # annotations and frames: no kind or link
+        return Events(*columns(rows, names), array("q", bytes(8 * len(rows))), array("q", [-1]) * len(rows))
+
+    tables = {"cpu_ops": Events(*columns(ops), array("q"), array("q")), "device": linked(device, device_kinds),
+              "calls": linked(calls, call_kinds), "annotations": ranges(annotations),
+              "frames": ranges(frames, frame_names), "step_frames": ranges(step_frames)}
+    return EventTables(event_count=len(events), names=list(name_ids), threads=list(thread_ids), **tables)
+
+
+def merge_tables(parts: Sequence[EventTables]) -> EventTables:
+    """Pieces of one file (in file order) as one ``EventTables``: ids renumbered, rows concatenated in order."""
+    if len(parts) == 1:
+        return parts[0]
+    import numpy as np
+    name_ids: dict[str, int] = {}
+    thread_ids: dict[tuple, int] = {}
+    merged = {field: _new_events() for field in TABLES}
+    for part in parts:
+        name_map = np.array([name_ids.setdefault(n, len(name_ids)) for n in part.names], dtype=np.int64)
+        thread_map = np.array([thread_ids.setdefault(t, len(thread_ids)) for t in part.threads], dtype=np.int64)
+        for field in TABLES:
+            source, target = getattr(part, field), merged[field]
+            target.name.frombytes(name_map[np.frombuffer(source.name, dtype=np.int64)].tobytes())
+            target.thread.frombytes(thread_map[np.frombuffer(source.thread, dtype=np.int64)].tobytes())
+            target.ts.extend(source.ts)
+            target.dur.extend(source.dur)
+            target.kind.extend(source.kind)
+            target.correlation.extend(source.correlation)
+    return EventTables(event_count=sum(p.event_count for p in parts), names=list(name_ids),
+                       threads=list(thread_ids), **merged)
+
+
+def build_trace(tables: EventTables, *, source: str, json_bytes: int, rank: int | None,
+                world_size: int | None) -> Trace:
+    """Link launches to their device ops and tag each launch with the stage and step it ran in."""
+    names, device, calls, annotations = tables.names, tables.device, tables.calls, tables.annotations
     by_correlation = {c: i for i, c in enumerate(calls.correlation) if c >= 0}
     device_call = [by_correlation.get(c, -1) for c in device.correlation]
 
-    stages, stage_source, stage_ranges, per_thread = _stages(names, annotations, frames)
-    steps, step_source = _steps(names, annotations, step_frames)
+    stages, stage_source, stage_ranges, per_thread = _stages(names, annotations, tables.frames)
+    steps, step_source = _steps(names, annotations, tables.step_frames)
     call_stage = _assign(calls, stage_ranges, per_thread)
     step_ranges = [(s.start, s.end, i) for i, s in enumerate(steps)]
     call_step = _assign(calls, {None: _outermost(step_ranges)}, per_thread=False)
-    return Trace(source=source, json_bytes=json_bytes, event_count=len(events), rank=rank, world_size=world_size,
-                 names=names, device=device, calls=calls, annotations=annotations, cpu_ops=cpu_ops,
-                 stages=stages, stage_source=stage_source, steps=steps, step_source=step_source,
-                 device_call=device_call, call_stage=call_stage, call_step=call_step,
+    return Trace(source=source, json_bytes=json_bytes, event_count=tables.event_count, rank=rank,
+                 world_size=world_size, names=names, device=device, calls=calls, annotations=annotations,
+                 cpu_ops=tables.cpu_ops, stages=stages, stage_source=stage_source, steps=steps,
+                 step_source=step_source, device_call=device_call, call_stage=call_stage, call_step=call_step,
                  device_stages=[call_stage[c] if c >= 0 else -1 for c in device_call],
                  device_steps=[call_step[c] if c >= 0 else -1 for c in device_call])
 

@@ -53,18 +53,20 @@ def hotspots_body(trace: Trace, top: int | None) -> dict:
     }
 
 
-def rank_summary(path: str | Path) -> tuple[dict, dict]:
+def rank_summary(path: str | Path, processes: int | None = None) -> tuple[dict, dict]:
     """One rank's hotspots body and its rank figures: all a several-rank report needs of its trace."""
-    trace = load_trace(path)
+    trace = load_trace(path, processes)
     return hotspots_body(trace, None), rank_figures(trace)
 
 
 def rank_summaries(paths: list[str]) -> list[tuple[dict, dict]]:
-    """``rank_summary`` of each trace, one process per trace up to the host's cores: each process holds one trace at
-    a time, so memory is bounded per rank; results come back in ``paths`` order, and a trace's error is raised here."""
-    workers = min(len(paths), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """``rank_summary`` of each trace, one process per trace up to the host's cores (the cores left over decode
+    pieces of each trace): each process holds one trace at a time, so memory is bounded per rank; results come back
+    in ``paths`` order, and a trace's error is raised here."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(len(paths), cores)
     if workers < 2:
         return [rank_summary(p) for p in paths]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(rank_summary, paths))
+        return list(pool.map(rank_summary, paths, [max(1, cores // len(paths))] * len(paths)))

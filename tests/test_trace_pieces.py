@@ -1,0 +1,94 @@
+"""A large trace decoded in pieces by several processes gives exactly the trace one process gives, whatever the
+file's form (plain or gzip, an object or a bare list); a cut that lands inside a string, a damaged file or a dead
+worker falls back to one process, which gives the real answer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+
+import pytest
+
+from conftest import TEST_FIXTURES
+from sgl_diffusion_bench.contract import InputError
+from sgl_diffusion_bench.trace import load, pieces
+from sgl_diffusion_bench.trace.summary import hotspots_body
+
+EAGER = TEST_FIXTURES / "traces-h200" / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
+TP2_RANK1 = TEST_FIXTURES / "traces-h200-tp2" / "flux-tp2-eager-2_steps-full_stages-global-rank1.trace.json.gz"
+
+
+@pytest.fixture(autouse=True)
+def small_pieces(monkeypatch):
+    """Pieces for files of any size, so the kept fixtures (a few MB) take the several-process path."""
+    monkeypatch.setattr(pieces, "MIN_BYTES", 1)
+
+
+def _same(a, b) -> None:
+    body_a, body_b = hotspots_body(a, None), hotspots_body(b, None)
+    assert body_a["trace"].pop("path") == str(a.source) and body_b["trace"].pop("path") == str(b.source)
+    assert body_a == body_b
+    assert (a.event_count, a.rank, a.world_size, a.stages, a.steps) == (b.event_count, b.rank, b.world_size,
+                                                                       b.stages, b.steps)
+    assert sorted(a.names) == sorted(b.names)
+
+
+def _doc(source=EAGER) -> dict:
+    return json.loads(gzip.decompress(source.read_bytes()))
+
+
+@pytest.mark.parametrize("form", ["gzip", "plain", "compact-list"])
+def test_pieces_give_the_trace_one_process_gives(tmp_path, form):
+    if form == "gzip":
+        path = TP2_RANK1  # distributedInfo (rank 1 of 2) comes from whichever piece holds it
+    elif form == "plain":
+        path = tmp_path / "eager.trace.json"
+        path.write_bytes(gzip.decompress(EAGER.read_bytes()))  # kineto's own layout, mapped and cut in place
+    else:
+        path = tmp_path / "eager-list.json"
+        path.write_text(json.dumps(_doc()["traceEvents"], separators=(",", ":")), encoding="utf-8")
+    text = pieces.map_plain_file(path) or load.read_trace_bytes(path)
+    split = pieces.decode_in_pieces(text, 3)
+    assert split is not None and len(split[0]) == 3  # the path under test ran: three pieces
+    _same(load.load_trace(path, processes=1), load.load_trace(path, processes=3))
+
+
+def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path):
+    doc = _doc()
+    events = doc["traceEvents"]
+    middle = len(events) // 2
+    # An event whose name is most of the file, full of what a cut looks for: every cut lands inside that string.
+    filler = "x}, {" * (len(json.dumps(events)) // 5)
+    events.insert(middle, {"ph": "X", "cat": "cpu_op", "name": filler, "pid": 1, "tid": 1, "ts": 0, "dur": 0})
+    path = tmp_path / "odd-names.trace.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    text = pieces.map_plain_file(path)
+    cuts = pieces.cut_points(text, 2)
+    assert cuts and text[cuts[0][0] - 2:cuts[0][1] + 2] == b"x}, {x"  # the cut is inside the name
+    assert pieces.decode_in_pieces(text, 2) is None
+    trace = load.load_trace(path, processes=2)
+    _same(load.load_trace(path, processes=1), trace)
+    assert filler in trace.names
+
+
+def test_a_damaged_large_file_gets_the_one_process_error(tmp_path):
+    path = tmp_path / "cut.trace.json"
+    path.write_bytes(gzip.decompress(EAGER.read_bytes())[:-20_000])
+    with pytest.raises(InputError) as caught:
+        load.load_trace(path, processes=2)
+    assert caught.value.code == "input.trace_truncated"
+
+
+def test_a_killed_worker_falls_back_to_one_process(monkeypatch):
+    parent, split_events = os.getpid(), pieces.split_events
+
+    def dies_in_a_worker(events):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return split_events(events)
+
+    monkeypatch.setattr(pieces, "split_events", dies_in_a_worker)
+    assert pieces.decode_in_pieces(load.read_trace_bytes(EAGER), 2) is None
+    _same(load.load_trace(EAGER, processes=1), load.load_trace(EAGER, processes=2))
