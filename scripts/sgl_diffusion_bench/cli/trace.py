@@ -7,15 +7,15 @@ import gzip
 import tempfile
 from pathlib import Path
 
-from .. import contract, fast_paths, progress, selftest
-from ..trace.analyses.classify import classify_trace
-from ..trace.analyses.compare import compare_traces
+from .. import contract, progress, selftest
 from ..trace.analyses.ranks import analyze_ranks
 from ..trace.load import load_trace
-from ..campaign.profile_compare import profile_table
 from ..trace.render import render_classify_text, render_hotspots_text
 from ..trace.summary import bounded, hotspots_body, rank_summaries, trace_info
 from . import _runner
+
+# Each subcommand imports what only it needs (the fast-path registry, the profile table) when it runs: a hotspots
+# run on a large trace is about a second, and those imports were a tenth of it.
 
 TOOL = "analyze_trace"
 SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "data" / "sample_trace.json.gz"
@@ -65,15 +65,24 @@ def _positive(value: int, flag: str) -> int:
     return value
 
 
+def _prepare(schema_id: str):
+    """What the analyses and the output's check load anyway (numpy, jsonschema and the schema's validator, ~0.3 s),
+    loaded by this process while worker processes decode a large trace rather than after them."""
+    def prepare() -> None:
+        import numpy  # noqa: F401
+        contract.validator(schema_id)
+    return prepare
+
+
 def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
     if len(paths) == 1:
-        body = hotspots_body(load_trace(paths[0]), None)
+        body = hotspots_body(load_trace(paths[0], meanwhile=_prepare("trace-hotspots.v1")), None)
         full = contract.envelope("trace-hotspots.v1", TOOL, output=output, **body)
         doc = contract.envelope("trace-hotspots.v1", TOOL, output=output, **bounded(body, top))
         text = render_hotspots_text(doc)
     else:
         with progress.phase(f"reading {len(paths)} traces", "one process per trace, up to the host's cores"):
-            summaries = rank_summaries(paths)
+            summaries = rank_summaries(paths, meanwhile=_prepare("trace-ranks.v1"))
         bodies = [body for body, _ in summaries]
         ranks = analyze_ranks([figures for _, figures in summaries], bodies)
         full = contract.envelope("trace-ranks.v1", TOOL, output=output, traces=bodies, **ranks)
@@ -88,7 +97,9 @@ def hotspots(paths: list[str], top: int, output: str | None) -> _runner.Result:
 
 def compare(args: argparse.Namespace) -> _runner.Result:
     """The profile table of two traces, with each run's host load; a contended pair gets no verdict (exit 1)."""
-    payload = profile_table(load_trace(args.trace_a), load_trace(args.trace_b), (args.label_a, args.label_b),
+    from ..campaign.profile_compare import profile_table
+    trace_a = load_trace(args.trace_a, meanwhile=_prepare("trace-compare.v1"))
+    payload = profile_table(trace_a, load_trace(args.trace_b), (args.label_a, args.label_b),
                             _positive(args.top, "--top"), args.host_load_a, args.host_load_b)
     path = _runner.write_output_file(args.markdown, payload["markdown"], "--markdown") if args.markdown else None
     doc = contract.envelope("trace-compare.v1", TOOL, ok=payload["verdict"]["status"] != "withheld_contended",
@@ -103,15 +114,24 @@ def handle(args: argparse.Namespace) -> _runner.Result:
         return hotspots(args.traces, _positive(args.top, "--top"), args.output)
     if args.command == "compare":
         return compare(args)
-    trace = load_trace(args.trace)
-    registry = fast_paths.load_registry()
-    result = classify_trace(trace, registry, _positive(args.top, "--top"))
+    return classify(args)
+
+
+def classify(args: argparse.Namespace) -> _runner.Result:
+    from .. import fast_paths
+    from ..trace.analyses.classify import classify_trace
+    trace = load_trace(args.trace, meanwhile=_prepare("trace-classify.v1"))
+    result = classify_trace(trace, fast_paths.load_registry(), _positive(args.top, "--top"))
     doc = contract.envelope("trace-classify.v1", TOOL, trace=trace_info(trace),
                             registry=str(fast_paths.REGISTRY_PATH.name), **result)
     return _runner.Result(doc, render_classify_text(result))
 
 
 def self_tests() -> list[selftest.Check]:
+    from .. import fast_paths
+    from ..trace.analyses.classify import classify_trace
+    from ..trace.analyses.compare import compare_traces
+
     def registry_loads() -> str:
         registry = fast_paths.load_registry()
         table = fast_paths.render_family_table()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 
@@ -67,15 +68,16 @@ def decode_events(raw: bytes, source: str) -> tuple[list[Event], DistributedInfo
     return decoded.traceEvents, decoded.distributedInfo
 
 
-def load_trace(path: str | Path, processes: int | None = None) -> Trace:
+def load_trace(path: str | Path, processes: int | None = None, meanwhile: Callable[[], object] | None = None) -> Trace:
     """Parse one trace file into the compact ``Trace`` model; a large file is decoded by up to ``processes`` worker
-    processes at once (default: the host's cores, see ``pieces``)."""
+    processes at once (default: the host's cores, see ``pieces``), and this process runs ``meanwhile`` (the caller's
+    own loading, e.g. imports) while they do."""
     path = Path(path)
     processes = pieces.usable_processes(processes)
     text = pieces.map_plain_file(path) if processes > 1 else None
     text = read_trace_bytes(path) if text is None else text
     size = len(text)
-    in_pieces = pieces.decode_in_pieces(text, processes)
+    in_pieces = pieces.decode_in_pieces(text, processes, meanwhile)
     if in_pieces is None:
         events, dist = decode_events(text, str(path))
         tables = split_events(events)

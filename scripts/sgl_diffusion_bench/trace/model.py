@@ -22,7 +22,6 @@ override it under the same name), so its outermost frames, numbered in time orde
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import re
 from array import array
@@ -294,20 +293,20 @@ def _steps(names: list[str], annotations: Events, step_frames: Events) -> tuple[
 
 def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
     """For each call, the id of the kept range containing its start (on its own thread when ``per_thread``)."""
-    index = {key: ([r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept]) for key, kept in ranges.items()}
-    out = [-1] * len(calls)
-    if not index:
-        return out
-    right = bisect.bisect_right
-    for i, (ts, thread) in enumerate(zip(calls.ts, calls.thread, strict=True)):
-        found = index.get(thread if per_thread else None)
-        if found is None:
+    import numpy as np
+    ts = np.frombuffer(calls.ts, dtype=np.float64)
+    threads = np.frombuffer(calls.thread, dtype=np.int64)
+    out = np.full(len(calls), -1, dtype=np.int64)
+    for key, kept in ranges.items():
+        if not kept:
             continue
-        starts, ends, ids = found
-        j = right(starts, ts) - 1
-        if j >= 0 and ts < ends[j]:
-            out[i] = ids[j]
-    return out
+        starts, ends, ids = (np.asarray(column) for column in zip(*kept, strict=True))
+        rows = np.flatnonzero(threads == key) if per_thread else np.arange(len(calls))
+        at = ts[rows]
+        j = np.searchsorted(starts, at, side="right") - 1  # the latest range starting at or before the call
+        inside = (j >= 0) & (at < ends[np.maximum(j, 0)])
+        out[rows[inside]] = ids[j[inside]]
+    return out.tolist()
 
 
 def op_nesting(ops: Events) -> tuple[np.ndarray, np.ndarray]:

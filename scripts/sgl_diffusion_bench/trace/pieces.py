@@ -21,6 +21,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 
@@ -106,9 +107,11 @@ def _decode_piece(start: int, end: int, opening: bytes, closing: bytes):
     return split_events(decoded.traceEvents), decoded.distributedInfo
 
 
-def decode_in_pieces(text, processes: int) -> tuple[list[EventTables], DistributedInfo | None] | None:
+def decode_in_pieces(text, processes: int, meanwhile: Callable[[], object] | None = None) \
+        -> tuple[list[EventTables], DistributedInfo | None] | None:
     """The tables of ``text`` (one per piece, in file order) and its ``distributedInfo``, from ``processes``
-    workers; None when the text is too small to be worth it or cannot be cut cleanly (then decode it whole)."""
+    workers, running ``meanwhile`` here once they are started; None when the text is too small to be worth it or
+    cannot be cut cleanly (then decode it whole)."""
     global _shared
     if processes < 2 or len(text) < MIN_BYTES:
         return None
@@ -124,7 +127,10 @@ def decode_in_pieces(text, processes: int) -> tuple[list[EventTables], Distribut
     try:
         with concurrent.futures.ProcessPoolExecutor(len(starts), mp_context=multiprocessing.get_context("fork")) \
                 as pool:
-            results = list(pool.map(_decode_piece, starts, ends, openings, closings))
+            pending = pool.map(_decode_piece, starts, ends, openings, closings)  # every worker forked by now
+            if meanwhile is not None:
+                meanwhile()
+            results = list(pending)
     except concurrent.futures.BrokenExecutor:  # a worker killed (out of memory, a signal): one process
         return None
     finally:

@@ -6,6 +6,7 @@ import concurrent.futures
 import multiprocessing
 import os
 from pathlib import Path
+from typing import Callable
 
 from .analyses.hotspots import analyze_cpu_ops, analyze_kernels, analyze_memory_ops, cpu_op_totals, totals
 from .analyses.launches import analyze_launches
@@ -59,14 +60,17 @@ def rank_summary(path: str | Path, processes: int | None = None) -> tuple[dict, 
     return hotspots_body(trace, None), rank_figures(trace)
 
 
-def rank_summaries(paths: list[str]) -> list[tuple[dict, dict]]:
+def rank_summaries(paths: list[str], meanwhile: Callable[[], object] | None = None) -> list[tuple[dict, dict]]:
     """``rank_summary`` of each trace, one process per trace up to the host's cores (the cores left over decode
-    pieces of each trace): each process holds one trace at a time, so memory is bounded per rank; results come back
-    in ``paths`` order, and a trace's error is raised here."""
+    pieces of each trace; ``meanwhile`` runs here while they work): each process holds one trace at a time, so
+    memory is bounded per rank; results come back in ``paths`` order, and a trace's error is raised here."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     workers = min(len(paths), cores)
     if workers < 2:
         return [rank_summary(p) for p in paths]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(rank_summary, paths, [max(1, cores // len(paths))] * len(paths)))
+        pending = pool.map(rank_summary, paths, [max(1, cores // len(paths))] * len(paths))
+        if meanwhile is not None:
+            meanwhile()
+        return list(pending)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from array import array
+
 from ..model import KERNEL, Trace, op_nesting
 
 
-def _table(trace: Trace, rows: list[int], names: list[int], durs: list[float]) -> list[dict]:
-    count: dict[int, int] = {}
-    total: dict[int, float] = {}
-    for i in rows:
-        n = names[i]
-        count[n] = count.get(n, 0) + 1
-        total[n] = total.get(n, 0.0) + durs[i]
+def _table(trace: Trace, rows: list[int], names: array, durs: array) -> list[dict]:
+    import numpy as np
+    picked = np.asarray(rows, dtype=np.int64)
+    name_ids = np.frombuffer(names, dtype=np.int64)[picked]
+    counts = np.bincount(name_ids, minlength=len(trace.names))
+    sums = np.bincount(name_ids, weights=np.frombuffer(durs, dtype=np.float64)[picked], minlength=len(trace.names))
+    present = np.flatnonzero(counts)
+    total = dict(zip(present.tolist(), sums[present].tolist(), strict=True))
     grand = sum(total.values())
     table = [{"name": trace.names[n], "count": c, "total_us": round(total[n], 3), "mean_us": round(total[n] / c, 3),
-              "share": round(total[n] / grand, 6) if grand > 0 else 0.0} for n, c in count.items()]
+              "share": round(total[n] / grand, 6) if grand > 0 else 0.0}
+             for n, c in zip(present.tolist(), counts[present].tolist(), strict=True)]
     table.sort(key=lambda r: (-r["total_us"], r["name"]))
     return table
 

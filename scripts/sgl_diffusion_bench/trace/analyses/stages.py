@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..model import KERNEL, Trace
 from .launches import is_graph_launch, is_kernel_launch
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DENOISE_STAGE = re.compile(r"denois", re.I)
 NOT_DENOISE_STAGE = re.compile(r"before", re.I)
@@ -41,6 +43,7 @@ def _empty() -> dict:
 
 def _union_us(starts: np.ndarray, ends: np.ndarray) -> float:
     """Length of the union of intervals sorted by start (touching ones merge), summed in start order."""
+    import numpy as np
     reach = np.maximum.accumulate(ends)
     opens = np.flatnonzero(np.concatenate(([True], starts[1:] > reach[:-1])))
     return sum((np.maximum.reduceat(ends, opens) - starts[opens]).tolist())
@@ -58,6 +61,7 @@ class _Columns:
 
     @classmethod
     def of(cls, trace: Trace) -> _Columns:
+        import numpy as np
         dev = trace.device
         kernel = np.asarray(dev.kind, dtype=np.int64) == KERNEL
         starts = np.asarray(dev.ts, dtype=np.float64)[kernel]
@@ -71,6 +75,7 @@ def _bucketed(columns: _Columns, call_keys: np.ndarray, orphan_key: int) -> dict
     """Figures per key of the launching call (``call_keys``: one per call, -1 drops it) over kernels and launch
     calls; a kernel whose launch is not in the trace goes to ``orphan_key`` (-1 drops it). Only keys some call or
     kernel has appear."""
+    import numpy as np
     kept, launched_by = call_keys >= 0, columns.launched_by
     kernel_keys = np.full(launched_by.size, orphan_key, dtype=np.int64)
     if call_keys.size:
@@ -91,6 +96,7 @@ def _bucketed(columns: _Columns, call_keys: np.ndarray, orphan_key: int) -> dict
 
 
 def _ops_inside(starts: np.ndarray, intervals) -> int:
+    import numpy as np
     return sum(int(np.searchsorted(starts, e)) - int(np.searchsorted(starts, s)) for s, e in intervals)
 
 
@@ -100,6 +106,7 @@ def _inside(intervals, start: float, end: float) -> bool:
 
 def analyze_stages(trace: Trace) -> dict:
     """``stages`` (name -> figures), ``steps`` (list), and the ``denoise`` summary (None without a denoise stage)."""
+    import numpy as np
     stage_of, step_of = np.asarray(trace.call_stage, dtype=np.int64), np.asarray(trace.call_step, dtype=np.int64)
     outside = len(trace.stages)  # the key of calls and kernels outside every stage
     columns = _Columns.of(trace)
