@@ -1,6 +1,6 @@
-"""A large trace decoded in pieces by several processes gives exactly the trace one process gives, whatever the
-file's form (plain or gzip, an object or a bare list); a cut that lands inside a string, a damaged file or a dead
-worker falls back to one process, which gives the real answer."""
+"""A large trace decoded in pieces, in one process or several, gives exactly the trace a whole-file decode gives,
+whatever the file's form (plain or gzip, an object or a bare list); a cut that lands inside a string, a damaged file
+or a dead worker falls back to the whole-file decode, which gives the real answer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench.contract import InputError
 from sgl_diffusion_bench.trace import load, pieces
+from sgl_diffusion_bench.trace.model import TableBuilder
 from sgl_diffusion_bench.trace.summary import hotspots_body
 
 EAGER = TEST_FIXTURES / "traces-h200" / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
@@ -22,8 +23,16 @@ TP2_RANK1 = TEST_FIXTURES / "traces-h200-tp2" / "flux-tp2-eager-2_steps-full_sta
 
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch):
-    """Pieces for files of any size, so the kept fixtures (a few MB) take the several-process path."""
+    """Pieces of 1 MB for files of any size, so the kept fixtures (a few MB) are cut into several."""
     monkeypatch.setattr(pieces, "MIN_BYTES", 1)
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 1 << 20)
+
+
+def _whole(path, monkeypatch):
+    """The trace decoded the plain way: the whole file in one go."""
+    with monkeypatch.context() as patch:
+        patch.setattr(pieces, "MIN_BYTES", 1 << 62)
+        return load.load_trace(path)
 
 
 def _same(a, b) -> None:
@@ -40,7 +49,7 @@ def _doc(source=EAGER) -> dict:
 
 
 @pytest.mark.parametrize("form", ["gzip", "plain", "compact-list"])
-def test_pieces_give_the_trace_one_process_gives(tmp_path, form):
+def test_pieces_give_the_trace_a_whole_decode_gives(tmp_path, monkeypatch, form):
     if form == "gzip":
         path = TP2_RANK1  # distributedInfo (rank 1 of 2) comes from whichever piece holds it
     elif form == "plain":
@@ -50,12 +59,13 @@ def test_pieces_give_the_trace_one_process_gives(tmp_path, form):
         path = tmp_path / "eager-list.json"
         path.write_text(json.dumps(_doc()["traceEvents"], separators=(",", ":")), encoding="utf-8")
     text = pieces.map_plain_file(path) or load.read_trace_bytes(path)
-    split = pieces.decode_in_pieces(text, 3)
-    assert split is not None and len(split[0]) == 3  # the path under test ran: three pieces
-    _same(load.load_trace(path, processes=1), load.load_trace(path, processes=3))
+    assert len(pieces.cut_points(text, 5)) == 4 and pieces.decode_in_pieces(text, 3) is not None  # cut, and decoded
+    whole = _whole(path, monkeypatch)
+    _same(whole, load.load_trace(path, processes=1))
+    _same(whole, load.load_trace(path, processes=3))
 
 
-def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path):
+def test_a_cut_inside_a_string_falls_back_to_the_whole_decode(tmp_path, monkeypatch):
     doc = _doc()
     events = doc["traceEvents"]
     middle = len(events) // 2
@@ -69,11 +79,11 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path):
     assert cuts and text[cuts[0][0] - 2:cuts[0][1] + 2] == b"x}, {x"  # the cut is inside the name
     assert pieces.decode_in_pieces(text, 2) is None
     trace = load.load_trace(path, processes=2)
-    _same(load.load_trace(path, processes=1), trace)
+    _same(_whole(path, monkeypatch), trace)
     assert filler in trace.names
 
 
-def test_a_damaged_large_file_gets_the_one_process_error(tmp_path):
+def test_a_damaged_large_file_gets_the_whole_decode_error(tmp_path):
     path = tmp_path / "cut.trace.json"
     path.write_bytes(gzip.decompress(EAGER.read_bytes())[:-20_000])
     with pytest.raises(InputError) as caught:
@@ -81,14 +91,14 @@ def test_a_damaged_large_file_gets_the_one_process_error(tmp_path):
     assert caught.value.code == "input.trace_truncated"
 
 
-def test_a_killed_worker_falls_back_to_one_process(monkeypatch):
-    parent, split_events = os.getpid(), pieces.split_events
+def test_a_killed_worker_falls_back_to_the_whole_decode(monkeypatch):
+    parent, add = os.getpid(), TableBuilder.add
 
-    def dies_in_a_worker(events):
+    def dies_in_a_worker(builder, events):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
-        return split_events(events)
+        add(builder, events)
 
-    monkeypatch.setattr(pieces, "split_events", dies_in_a_worker)
+    monkeypatch.setattr(TableBuilder, "add", dies_in_a_worker)
     assert pieces.decode_in_pieces(load.read_trace_bytes(EAGER), 2) is None
-    _same(load.load_trace(EAGER, processes=1), load.load_trace(EAGER, processes=2))
+    _same(_whole(EAGER, monkeypatch), load.load_trace(EAGER, processes=2))

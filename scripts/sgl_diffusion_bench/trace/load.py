@@ -16,7 +16,7 @@ from .. import inputs
 from ..contract import InputError
 from . import pieces
 from .events import DECODER, DistributedInfo, Event
-from .model import Trace, build_trace, merge_tables, split_events
+from .model import TableBuilder, Trace, build_trace
 
 GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
@@ -69,22 +69,21 @@ def decode_events(raw: bytes, source: str) -> tuple[list[Event], DistributedInfo
 
 
 def load_trace(path: str | Path, processes: int | None = None, meanwhile: Callable[[], object] | None = None) -> Trace:
-    """Parse one trace file into the compact ``Trace`` model; a large file is decoded by up to ``processes`` worker
-    processes at once (default: the host's cores, see ``pieces``), and this process runs ``meanwhile`` (the caller's
-    own loading, e.g. imports) while they do."""
+    """Parse one trace file into the compact ``Trace`` model. A large file is decoded piece by piece by up to
+    ``processes`` processes (default: the host's cores, see ``pieces``), and this process runs ``meanwhile`` (the
+    caller's own loading, e.g. imports) while workers decode."""
     path = Path(path)
-    processes = pieces.usable_processes(processes)
-    text = pieces.map_plain_file(path) if processes > 1 else None
-    text = read_trace_bytes(path) if text is None else text
+    text = pieces.map_plain_file(path) or read_trace_bytes(path)
     size = len(text)
-    in_pieces = pieces.decode_in_pieces(text, processes, meanwhile)
+    in_pieces = pieces.decode_in_pieces(text, pieces.usable_processes(processes), meanwhile)
     if in_pieces is None:
         events, dist = decode_events(text, str(path))
-        tables = split_events(events)
+        builder = TableBuilder()
+        builder.add(events)
         del events
+        tables = builder.tables()
     else:
-        parts, dist = in_pieces
-        tables = merge_tables(parts)
+        tables, dist = in_pieces
     del text
     if not tables.event_count:
         raise InputError("input.trace_empty", f"{path} holds no trace events",

@@ -127,8 +127,8 @@ TABLES = ("device", "calls", "annotations", "cpu_ops", "frames", "step_frames")
 class EventTables:
     """The events an analysis keeps, split into tables by kind, with names and (pid, tid) threads interned.
 
-    Ids are local to one ``split_events`` call: pieces of one file decoded in several processes are joined by
-    ``merge_tables``, which renumbers them. ``frames`` are stage-module Python frames named after their stage,
+    Ids are local to one ``TableBuilder``: the runs of pieces of one file decoded in several processes are joined
+    by ``merge_tables``, which renumbers them. ``frames`` are stage-module Python frames named after their stage,
     ``step_frames`` the denoise loop's per-step frames."""
 
     event_count: int
@@ -142,52 +142,67 @@ class EventTables:
     step_frames: Events
 
 
-def split_events(events: Sequence) -> EventTables:
-    """One pass sorts the complete ('X') events into per-kind lists; each table's columns are then list
-    comprehensions (per-event work kept out of Python function calls: this runs over every event of the trace)."""
-    device_kinds, call_kinds, cpu_op_categories = DEVICE_KINDS, CALL_KINDS, CPU_OP_CATEGORIES
-    ops, device, calls, annotations, frames, frame_names, step_frames = [], [], [], [], [], [], []
-    for e in events:
-        cat = e.cat
-        if cat in cpu_op_categories:  # the most numerous events first
-            if e.ph == "X":
-                ops.append(e)
-        elif e.ph != "X":
-            continue
-        elif cat in device_kinds:
-            device.append(e)
-        elif cat in call_kinds:
-            calls.append(e)
-        elif cat == "user_annotation":
-            annotations.append(e)
-        elif cat == "python_function" and "/stages/" in e.name:
-            match = STAGE_FRAME.search(e.name)
-            if match and match.group(1) not in NON_STAGE_MODULES:
-                frames.append(e)
-                frame_names.append(stage_name_for_module(match.group(1)))
-            if e.name.endswith(STEP_FRAME_SUFFIX):
-                step_frames.append(e)
-    name_ids: dict[str, int] = {}
-    thread_ids: dict[tuple, int] = {}
+class TableBuilder:
+    """Sorts decoded events into ``EventTables``, one batch after another (the pieces of one file, in file order),
+    names and threads interned across batches: a batch's events can be dropped as soon as it is added."""
 
-    def columns(rows: list, names: list[str] | None = None) -> tuple[array, array, array, array]:
-        return (array("q", [name_ids.setdefault(n, len(name_ids))
-                            for n in ([e.name for e in rows] if names is None else names)]),
-                array("d", [e.ts for e in rows]), array("d", [e.dur for e in rows]),
-                array("q", [thread_ids.setdefault((e.pid, e.tid), len(thread_ids)) for e in rows]))
+    def __init__(self) -> None:
+        self._name_ids: dict[str, int] = {}
+        self._thread_ids: dict[tuple, int] = {}
+        self._tables = {field: _new_events() for field in TABLES}
+        self._event_count = 0
 
-    def linked(rows: list, kinds: dict[str, int]) -> Events:  # device ops and the calls launching them
-        return Events(*columns(rows), array("q", [kinds[e.cat] for e in rows]),
-                      array("q", [-1 if (a := e.args) is None or a.correlation is None else a.correlation
-                                  for e in rows]))
+    def add(self, events: Sequence) -> None:
+        """One pass sorts the complete ('X') events into per-kind lists; each column is then one comprehension
+        (per-event work kept out of Python function calls: this runs over every event of the trace)."""
+        device_kinds, call_kinds, cpu_op_categories = DEVICE_KINDS, CALL_KINDS, CPU_OP_CATEGORIES
+        ops, device, calls, annotations, frames, frame_names, step_frames = [], [], [], [], [], [], []
+        for e in events:
+            cat = e.cat
+            if cat in cpu_op_categories:  # the most numerous events first
+                if e.ph == "X":
+                    ops.append(e)
+            elif e.ph != "X":
+                continue
+            elif cat in device_kinds:
+                device.append(e)
+            elif cat in call_kinds:
+                calls.append(e)
+            elif cat == "user_annotation":
+                annotations.append(e)
+            elif cat == "python_function" and "/stages/" in e.name:
+                match = STAGE_FRAME.search(e.name)
+                if match and match.group(1) not in NON_STAGE_MODULES:
+                    frames.append(e)
+                    frame_names.append(stage_name_for_module(match.group(1)))
+                if e.name.endswith(STEP_FRAME_SUFFIX):
+                    step_frames.append(e)
+        self._event_count += len(events)
+        for field, rows, kinds, names in (("cpu_ops", ops, None, None), ("device", device, device_kinds, None),
+                                          ("calls", calls, call_kinds, None), ("annotations", annotations, {}, None),
+                                          ("frames", frames, {}, frame_names), ("step_frames", step_frames, {}, None)):
+            self._extend(self._tables[field], rows, kinds, names)
 
-    def ranges(rows: list, names: list[str] | None = None) -> Events:  # annotations and frames: no kind or link
-        return Events(*columns(rows, names), array("q", bytes(8 * len(rows))), array("q", [-1]) * len(rows))
+    def _extend(self, table: Events, rows: list, kinds: dict[str, int] | None, names: list[str] | None) -> None:
+        """Append ``rows``: cpu ops (``kinds`` None) keep no kind or link; device ops and calls keep both; ranges
+        (``kinds`` empty) get kind 0 and no link."""
+        name_ids, thread_ids = self._name_ids, self._thread_ids
+        table.name.extend(array("q", [name_ids.setdefault(n, len(name_ids))
+                                      for n in ([e.name for e in rows] if names is None else names)]))
+        table.ts.extend(array("d", [e.ts for e in rows]))
+        table.dur.extend(array("d", [e.dur for e in rows]))
+        table.thread.extend(array("q", [thread_ids.setdefault((e.pid, e.tid), len(thread_ids)) for e in rows]))
+        if kinds:
+            table.kind.extend(array("q", [kinds[e.cat] for e in rows]))
+            table.correlation.extend(array("q", [-1 if (a := e.args) is None or a.correlation is None
+                                                 else a.correlation for e in rows]))
+        elif kinds is not None:
+            table.kind.extend(array("q", bytes(8 * len(rows))))
+            table.correlation.extend(array("q", [-1]) * len(rows))
 
-    tables = {"cpu_ops": Events(*columns(ops), array("q"), array("q")), "device": linked(device, device_kinds),
-              "calls": linked(calls, call_kinds), "annotations": ranges(annotations),
-              "frames": ranges(frames, frame_names), "step_frames": ranges(step_frames)}
-    return EventTables(event_count=len(events), names=list(name_ids), threads=list(thread_ids), **tables)
+    def tables(self) -> EventTables:
+        return EventTables(event_count=self._event_count, names=list(self._name_ids),
+                           threads=list(self._thread_ids), **self._tables)
 
 
 def merge_tables(parts: Sequence[EventTables]) -> EventTables:
