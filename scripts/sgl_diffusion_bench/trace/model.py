@@ -341,7 +341,7 @@ def op_nesting(ops: Events) -> tuple[np.ndarray, np.ndarray]:
     count = len(ops)
     ts, dur = np.asarray(ops.ts, dtype=np.float64), np.asarray(ops.dur, dtype=np.float64)
     threads = np.asarray(ops.thread, dtype=np.int64)
-    order = np.lexsort((-dur, ts, threads))  # stable: ties keep table order
+    order = _start_order(ts, dur, threads)
     start, length, thread = ts[order], dur[order], threads[order]
     name = np.asarray(ops.name, dtype=np.int64)[order]
     end = cut_end = start + length
@@ -369,22 +369,39 @@ def op_nesting(ops: Events) -> tuple[np.ndarray, np.ndarray]:
     return own_by_row, recursive_by_row
 
 
+def _start_order(ts, dur, threads):
+    """Ops by (thread, start, longer first), ties in table order. A profiler writes each thread's ops in start order,
+    so the table is often in this order already, which a linear check finds without the sort."""
+    import numpy as np
+    same_thread = threads[1:] == threads[:-1]
+    same_start = ts[1:] == ts[:-1]
+    in_order = (threads[1:] > threads[:-1]) | same_thread & ((ts[1:] > ts[:-1]) | same_start & (dur[1:] <= dur[:-1]))
+    return np.arange(ts.size) if in_order.all() else np.lexsort((-dur, ts, threads))
+
+
 def _depth_and_parent(start, end, thread):
     """For ops sorted by (thread, start, longer first): how many earlier ops of the thread are open at each start
     (an op ending exactly there is closed; a zero-length op is closed before a later op of the same start), and the
-    latest earlier op one level up (-1 at depth 0)."""
+    latest earlier op one level up (-1 at depth 0).
+
+    Per thread, an op's depth is its position less the ends before its start: the ends strictly before it, and
+    those exactly at it of ops earlier in the order (a stable sort of the ends keeps that order within a tie)."""
     import numpy as np
     count = start.size
     index = np.arange(count)
-    # Ends and starts in one sweep: (thread, time, op, end after start on a full tie); ends before a start close.
-    times = np.concatenate((end, start))
-    kinds = np.concatenate((np.ones(count, dtype=np.int8), np.zeros(count, dtype=np.int8)))
-    sweep = np.lexsort((kinds, np.tile(index, 2), times, np.tile(thread, 2)))
-    is_start = kinds[sweep] == 0
-    ends_before = np.cumsum(kinds[sweep])[is_start]
-    starts_in_sweep = sweep[is_start] - count
     depth = np.empty(count, dtype=np.int64)
-    depth[starts_in_sweep] = index[starts_in_sweep] - ends_before
+    bounds = np.flatnonzero(np.concatenate(([True], thread[1:] != thread[:-1], [True])))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        starts, size = start[lo:hi], hi - lo
+        by_end = np.argsort(end[lo:hi], kind="stable")
+        ends = end[lo:hi][by_end]
+        before = np.searchsorted(ends, starts, "left")
+        tied = np.flatnonzero(ends[np.minimum(before, size - 1)] == starts)  # an end exactly at the start
+        if tied.size:  # (end, position) pairs before (start, position): a tie run counts its earlier positions
+            run = np.concatenate(([0], np.cumsum(ends[1:] != ends[:-1])))
+            pairs = run * (size + 1) + by_end
+            before[tied] = np.searchsorted(pairs, run[before[tied]] * (size + 1) + tied, "left")
+        depth[lo:hi] = np.arange(size) - before
     key = depth * (count + 1) + index  # ops by (depth, position); the parent is the last key below (depth - 1, i)
     ranked = np.sort(key)
     found = np.searchsorted(ranked, (depth - 1) * (count + 1) + index) - 1

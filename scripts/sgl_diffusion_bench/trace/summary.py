@@ -68,6 +68,7 @@ def rank_summaries(paths: list[str], meanwhile: Callable[[], object] | None = No
     workers = min(len(paths), cores)
     if workers < 2:
         return [rank_summary(p) for p in paths]
+    import numpy  # noqa: F401  (each rank's analysis needs it: imported once here, not once per worker)
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         pending = pool.map(rank_summary, paths, [max(1, cores // len(paths))] * len(paths))
