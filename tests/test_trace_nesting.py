@@ -8,7 +8,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sgl_diffusion_bench.trace.model import Events, op_nesting
+from sgl_diffusion_bench.trace.model import Events
+from sgl_diffusion_bench.trace.nesting import op_nesting
 
 
 def stack_walk(ops: Events) -> tuple[list[float], list[bool]]:

@@ -98,11 +98,12 @@ class Trace:
     stage_source: str  # "annotations" | "python_frames" | "none"
     steps: tuple[Step, ...]
     step_source: str  # "step_annotations" | "profiler_steps" | "step_frames" | "none"
-    device_call: list[int]  # per device op: index into ``calls`` of its launch, -1 when the launch is not in the trace
-    call_stage: list[int]  # per call: index into ``stages``, -1 outside every stage
-    call_step: list[int]  # per call: index into ``steps``, -1 outside every step
-    device_stages: list[int]  # per device op: the stage of its launch, -1 when none
-    device_steps: list[int]  # per device op: the step of its launch, -1 when none
+    # int64 arrays, like the tables' columns:
+    device_call: array  # per device op: index into ``calls`` of its launch, -1 when the launch is not in the trace
+    call_stage: array  # per call: index into ``stages``, -1 outside every stage
+    call_step: array  # per call: index into ``steps``, -1 outside every step
+    device_stages: array  # per device op: the stage of its launch, -1 when none
+    device_steps: array  # per device op: the step of its launch, -1 when none
 
     def device_stage(self, i: int) -> int:
         return self.device_stages[i]
@@ -231,21 +232,46 @@ def merge_tables(parts: Sequence[EventTables]) -> EventTables:
 def build_trace(tables: EventTables, *, source: str, json_bytes: int, rank: int | None,
                 world_size: int | None) -> Trace:
     """Link launches to their device ops and tag each launch with the stage and step it ran in."""
+    import numpy as np
     names, device, calls, annotations = tables.names, tables.device, tables.calls, tables.annotations
-    by_correlation = {c: i for i, c in enumerate(calls.correlation) if c >= 0}
-    device_call = [by_correlation.get(c, -1) for c in device.correlation]
-
     stages, stage_source, stage_ranges, per_thread = _stages(names, annotations, tables.frames)
     steps, step_source = _steps(names, annotations, tables.step_frames)
     call_stage = _assign(calls, stage_ranges, per_thread)
-    step_ranges = [(s.start, s.end, i) for i, s in enumerate(steps)]
-    call_step = _assign(calls, {None: _outermost(step_ranges)}, per_thread=False)
+    call_step = _assign(calls, {None: _outermost([(s.start, s.end, i) for i, s in enumerate(steps)])}, per_thread=False)
+    device_call = _launches(device, calls)
+    launched = device_call >= 0
+
+    def per_device(per_call: np.ndarray) -> array:
+        return _int_array(np.where(launched, per_call[np.maximum(device_call, 0)] if per_call.size else -1, -1))
+
     return Trace(source=source, json_bytes=json_bytes, event_count=tables.event_count, rank=rank,
                  world_size=world_size, names=names, device=device, calls=calls, annotations=annotations,
                  cpu_ops=tables.cpu_ops, stages=stages, stage_source=stage_source, steps=steps,
-                 step_source=step_source, device_call=device_call, call_stage=call_stage, call_step=call_step,
-                 device_stages=[call_stage[c] if c >= 0 else -1 for c in device_call],
-                 device_steps=[call_step[c] if c >= 0 else -1 for c in device_call])
+                 step_source=step_source, device_call=_int_array(device_call), call_stage=_int_array(call_stage),
+                 call_step=_int_array(call_step), device_stages=per_device(call_stage),
+                 device_steps=per_device(call_step))
+
+
+def _int_array(values: np.ndarray) -> array:
+    import numpy as np
+    out = array("q")
+    out.frombytes(values.astype(np.int64, copy=False).tobytes())
+    return out
+
+
+def _launches(device: Events, calls: Events) -> np.ndarray:
+    """Per device op, the index of the call with its correlation id (the last such call), -1 when none."""
+    import numpy as np
+    wanted = np.frombuffer(device.correlation, dtype=np.int64)
+    ids = np.frombuffer(calls.correlation, dtype=np.int64)
+    if not ids.size:
+        return np.full(wanted.size, -1, dtype=np.int64)
+    by_id = np.argsort(ids, kind="stable")  # equal ids keep call order: the last of a run is the last call
+    sorted_ids = ids[by_id]
+    last = np.searchsorted(sorted_ids, wanted, "right") - 1
+    found = (last >= 0) & (wanted >= 0)
+    found[found] = sorted_ids[last[found]] == wanted[found]
+    return np.where(found, by_id[np.maximum(last, 0)], -1)
 
 
 def _outermost(ranges: Iterable[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
@@ -306,7 +332,7 @@ def _steps(names: list[str], annotations: Events, step_frames: Events) -> tuple[
     return (), "none"
 
 
-def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
+def _assign(calls: Events, ranges: dict, per_thread: bool) -> np.ndarray:
     """For each call, the id of the kept range containing its start (on its own thread when ``per_thread``)."""
     import numpy as np
     ts = np.frombuffer(calls.ts, dtype=np.float64)
@@ -321,92 +347,7 @@ def _assign(calls: Events, ranges: dict, per_thread: bool) -> list[int]:
         j = np.searchsorted(starts, at, side="right") - 1  # the latest range starting at or before the call
         inside = (j >= 0) & (at < ends[np.maximum(j, 0)])
         out[rows[inside]] = ids[j[inside]]
-    return out.tolist()
-
-
-def op_nesting(ops: Events) -> tuple[np.ndarray, np.ndarray]:
-    """Per op (numpy arrays in the table's order): its self time (its duration less the time of the ops nested
-    inside it on the same thread, as torch.profiler's "self CPU"), so ``aten::conv2d > aten::convolution > ...``
-    counts the convolution's time once, under the innermost name; and whether it runs inside an op of its own name
-    (``aten::sum`` calls another ``aten::sum``), so a name's inclusive time counts such recursion once. A child that
-    overruns its parent (rounded timestamps) is cut at the parent's end: on each thread the self times add up to the
-    union of the op intervals.
-
-    Vectorised over the ~200,000 ops of a large trace (a per-op stack walk took most of the analysis). In start order
-    (the longer first on a tie), an op's parent is the latest earlier op on its thread still open at its start; the
-    open count is its depth, and the parent is the latest earlier op one level up. Cutting a child to its parent's end
-    can close it sooner and so change later ops' parents: the structure is recomputed until the ends hold still (one
-    extra pass where nothing overruns)."""
-    import numpy as np
-    count = len(ops)
-    ts, dur = np.asarray(ops.ts, dtype=np.float64), np.asarray(ops.dur, dtype=np.float64)
-    threads = np.asarray(ops.thread, dtype=np.int64)
-    order = _start_order(ts, dur, threads)
-    start, length, thread = ts[order], dur[order], threads[order]
-    name = np.asarray(ops.name, dtype=np.int64)[order]
-    end = cut_end = start + length
-    for _ in range(count + 1):  # one pass where nothing overruns, another per round of cuts; bounded regardless
-        depth, parent = _depth_and_parent(start, cut_end, thread)
-        new_end = end.copy()
-        for level in range(1, int(depth.max(initial=0)) + 1):  # parents first: a cut passes down the chain
-            rows = np.flatnonzero(depth == level)
-            new_end[rows] = np.minimum(end[rows], new_end[parent[rows]])
-        if np.array_equal(new_end, cut_end):
-            break
-        cut_end = new_end
-    nested = parent >= 0
-    cut = nested & (end > cut_end)
-    own_length = np.where(cut, cut_end - start, length)  # uncut: the duration itself, not end - start (rounding)
-    own = own_length.copy()
-    np.subtract.at(own, parent[nested], own_length[nested])  # in start order, as the stack walk took them
-    recursive = np.zeros(count, dtype=bool)
-    ancestor = parent.copy()
-    while (live := np.flatnonzero(ancestor >= 0)).size:
-        recursive[live] |= name[ancestor[live]] == name[live]
-        ancestor[live] = parent[ancestor[live]]
-    own_by_row, recursive_by_row = np.empty(count), np.empty(count, dtype=bool)
-    own_by_row[order], recursive_by_row[order] = np.maximum(own, 0.0), recursive
-    return own_by_row, recursive_by_row
-
-
-def _start_order(ts, dur, threads):
-    """Ops by (thread, start, longer first), ties in table order. A profiler writes each thread's ops in start order,
-    so the table is often in this order already, which a linear check finds without the sort."""
-    import numpy as np
-    same_thread = threads[1:] == threads[:-1]
-    same_start = ts[1:] == ts[:-1]
-    in_order = (threads[1:] > threads[:-1]) | same_thread & ((ts[1:] > ts[:-1]) | same_start & (dur[1:] <= dur[:-1]))
-    return np.arange(ts.size) if in_order.all() else np.lexsort((-dur, ts, threads))
-
-
-def _depth_and_parent(start, end, thread):
-    """For ops sorted by (thread, start, longer first): how many earlier ops of the thread are open at each start
-    (an op ending exactly there is closed; a zero-length op is closed before a later op of the same start), and the
-    latest earlier op one level up (-1 at depth 0).
-
-    Per thread, an op's depth is its position less the ends before its start: the ends strictly before it, and
-    those exactly at it of ops earlier in the order (a stable sort of the ends keeps that order within a tie)."""
-    import numpy as np
-    count = start.size
-    index = np.arange(count)
-    depth = np.empty(count, dtype=np.int64)
-    bounds = np.flatnonzero(np.concatenate(([True], thread[1:] != thread[:-1], [True])))
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        starts, size = start[lo:hi], hi - lo
-        by_end = np.argsort(end[lo:hi], kind="stable")
-        ends = end[lo:hi][by_end]
-        before = np.searchsorted(ends, starts, "left")
-        tied = np.flatnonzero(ends[np.minimum(before, size - 1)] == starts)  # an end exactly at the start
-        if tied.size:  # (end, position) pairs before (start, position): a tie run counts its earlier positions
-            run = np.concatenate(([0], np.cumsum(ends[1:] != ends[:-1])))
-            pairs = run * (size + 1) + by_end
-            before[tied] = np.searchsorted(pairs, run[before[tied]] * (size + 1) + tied, "left")
-        depth[lo:hi] = np.arange(size) - before
-    key = depth * (count + 1) + index  # ops by (depth, position); the parent is the last key below (depth - 1, i)
-    ranked = np.sort(key)
-    found = np.searchsorted(ranked, (depth - 1) * (count + 1) + index) - 1
-    parent = np.where(depth > 0, ranked[np.maximum(found, 0)] % (count + 1), -1)
-    return depth, parent
+    return out
 
 
 def union_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:

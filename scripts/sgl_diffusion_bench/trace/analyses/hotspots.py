@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from array import array
 
-from ..model import KERNEL, Trace, op_nesting
+from ..model import KERNEL, Trace
+from ..nesting import op_nesting
 
 
 def _table(trace: Trace, rows: list[int], names: array, durs: array) -> list[dict]:
