@@ -14,8 +14,9 @@ HTA lives in its own virtualenv outside the repo (see requirements/bench-trace.t
 With ``--ranks N`` the source is replicated into N rank files (``--copies`` replicas each, each with its own
 ``distributedInfo.rank``) and both tools read the set: ours with one process per trace, HTA as it parses a folder;
 kernel totals are checked on the first rank. The floor is what no analysis can go under: reading, gunzipping and
-typed-decoding the same files (ours's own decoder), timed inside one process, one file after another; the document
-gives our whole-process time as a ratio to it. Prints one JSON document on stdout; progress on stderr.
+typed-decoding the same files (ours's own decoder) whole, timed inside one process, one file after another, in turn
+with our runs; the document gives our whole-process time as a ratio to it. Prints one JSON document on stdout;
+progress on stderr.
 """
 
 from __future__ import annotations
@@ -136,13 +137,11 @@ def main() -> int:
         built = {"source": files[0]["source"], "copies": args.copies, "ranks": args.ranks,
                  "events": sum(f["events"] for f in files), "json_bytes": sum(f["json_bytes"] for f in files)}
         print(f"[bench] {built['json_bytes'] / 1e6:.1f} MB, {built['events']:,} events", file=sys.stderr)
-        floors = []
-        for _ in range(args.repeat):
+        floors, ours_runs = [], []
+        for i in range(args.repeat):  # floor and ours in turn, so both see the same host
             floors.append(float(subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, *map(str, traces)], check=True,
                                                capture_output=True, text=True, cwd=REPO / "scripts").stdout))
             print(f"[bench] floor (read + decode): {floors[-1]:.3f} s", file=sys.stderr)
-        ours_runs = []
-        for i in range(args.repeat):
             full = workdir / f"full-{i}.json"
             run = run_measured([sys.executable, str(REPO / "scripts" / "analyze_trace.py"), "hotspots",
                                 *map(str, traces), "--top", "10", "--output", str(full), "--json"])
