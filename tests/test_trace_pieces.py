@@ -17,15 +17,15 @@ from sgl_diffusion_bench.trace import load, pieces
 from sgl_diffusion_bench.trace.model import TableBuilder
 from sgl_diffusion_bench.trace.summary import hotspots_body
 
-EAGER = TEST_FIXTURES / "traces-h200" / "flux-eager-2_steps-full_stages-global-rank0.trace.json.gz"
-TP2_RANK1 = TEST_FIXTURES / "traces-h200-tp2" / "flux-tp2-eager-2_steps-full_stages-global-rank1.trace.json.gz"
+GRAPH = TEST_FIXTURES / "traces-h200" / "flux-graph-2_steps-full_stages-global-rank0.trace.json.gz"
+TP2_RANK1 = TEST_FIXTURES / "traces-h200-tp2" / "flux-tp2-graph-2_steps-full_stages-global-rank1.trace.json.gz"
 
 
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch):
-    """Pieces of 1 MB for files of any size, so the kept fixtures (a few MB) are cut into several."""
+    """Pieces of 256 KB for files of any size, so the kept fixtures (10 MB of JSON) are cut into dozens."""
     monkeypatch.setattr(pieces, "MIN_BYTES", 1)
-    monkeypatch.setattr(pieces, "PIECE_BYTES", 1 << 20)
+    monkeypatch.setattr(pieces, "PIECE_BYTES", 1 << 18)
 
 
 def _whole(path, monkeypatch):
@@ -44,7 +44,7 @@ def _same(a, b) -> None:
     assert sorted(a.names) == sorted(b.names)
 
 
-def _doc(source=EAGER) -> dict:
+def _doc(source=GRAPH) -> dict:
     return json.loads(gzip.decompress(source.read_bytes()))
 
 
@@ -53,10 +53,10 @@ def test_pieces_give_the_trace_a_whole_decode_gives(tmp_path, monkeypatch, form)
     if form == "gzip":
         path = TP2_RANK1  # distributedInfo (rank 1 of 2) comes from whichever piece holds it
     elif form == "plain":
-        path = tmp_path / "eager.trace.json"
-        path.write_bytes(gzip.decompress(EAGER.read_bytes()))  # kineto's own layout, mapped and cut in place
+        path = tmp_path / "graph.trace.json"
+        path.write_bytes(gzip.decompress(GRAPH.read_bytes()))  # kineto's own layout, mapped
     else:
-        path = tmp_path / "eager-list.json"
+        path = tmp_path / "graph-list.json"
         path.write_text(json.dumps(_doc()["traceEvents"], separators=(",", ":")), encoding="utf-8")
     text = pieces.map_plain_file(path) or load.read_trace_bytes(path)
     assert len(pieces.cut_points(text, 5)) == 4 and pieces.decode_in_pieces(text, 3) is not None  # cut, and decoded
@@ -85,7 +85,7 @@ def test_a_cut_inside_a_string_falls_back_to_the_whole_decode(tmp_path, monkeypa
 
 def test_a_damaged_large_file_gets_the_whole_decode_error(tmp_path):
     path = tmp_path / "cut.trace.json"
-    path.write_bytes(gzip.decompress(EAGER.read_bytes())[:-20_000])
+    path.write_bytes(gzip.decompress(GRAPH.read_bytes())[:-20_000])
     with pytest.raises(InputError) as caught:
         load.load_trace(path, processes=2)
     assert caught.value.code == "input.trace_truncated"
@@ -100,5 +100,5 @@ def test_a_killed_worker_falls_back_to_the_whole_decode(monkeypatch):
         add(builder, events)
 
     monkeypatch.setattr(TableBuilder, "add", dies_in_a_worker)
-    assert pieces.decode_in_pieces(load.read_trace_bytes(EAGER), 2) is None
-    _same(_whole(EAGER, monkeypatch), load.load_trace(EAGER, processes=2))
+    assert pieces.decode_in_pieces(load.read_trace_bytes(GRAPH), 2) is None
+    _same(_whole(GRAPH, monkeypatch), load.load_trace(GRAPH, processes=2))
