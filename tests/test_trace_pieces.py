@@ -60,6 +60,9 @@ def test_pieces_give_the_trace_a_whole_decode_gives(tmp_path, monkeypatch, form)
         path.write_text(json.dumps(_doc()["traceEvents"], separators=(",", ":")), encoding="utf-8")
     text = pieces.map_plain_file(path) or load.read_trace_bytes(path)
     assert len(pieces.cut_points(text, 5)) == 4 and pieces.decode_in_pieces(text, 3) is not None  # cut, and decoded
+    if form == "gzip":  # decompressed while it is decoded, never whole: the same tables and size
+        streamed = pieces.decode_gzip_in_pieces(path.read_bytes(), 3)
+        assert streamed is not None and streamed[2] == len(text) and streamed[1].rank == 1
     whole = _whole(path, monkeypatch)
     _same(whole, load.load_trace(path, processes=1))
     _same(whole, load.load_trace(path, processes=3))
@@ -102,3 +105,28 @@ def test_a_killed_worker_falls_back_to_the_whole_decode(monkeypatch):
     monkeypatch.setattr(TableBuilder, "add", dies_in_a_worker)
     assert pieces.decode_in_pieces(load.read_trace_bytes(GRAPH), 2) is None
     _same(_whole(GRAPH, monkeypatch), load.load_trace(GRAPH, processes=2))
+
+
+def test_a_gzip_of_several_members_is_streamed_across_them(tmp_path, monkeypatch):
+    text = gzip.decompress(GRAPH.read_bytes())
+    path = tmp_path / "two-members.trace.json.gz"
+    half = len(text) // 2
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))  # as `cat a.gz b.gz` makes
+    assert pieces.decode_gzip_in_pieces(path.read_bytes(), 2) is not None
+    _same(_whole(path, monkeypatch), load.load_trace(path, processes=2))
+
+
+@pytest.mark.parametrize("damage", ["cut-off", "bomb"])
+def test_a_damaged_gzip_stream_gets_the_whole_read_error(tmp_path, monkeypatch, damage):
+    path = tmp_path / "damaged.trace.json.gz"
+    if damage == "cut-off":
+        path.write_bytes(GRAPH.read_bytes()[:-5_000])
+    else:  # the 10 MB text is past a bound of twice its 0.5 MB compressed size
+        monkeypatch.setattr(pieces.inputs, "MAX_GUNZIP_FLOOR", 1 << 20)
+        monkeypatch.setattr(pieces.inputs, "MAX_GUNZIP_RATIO", 2)
+        path.write_bytes(GRAPH.read_bytes())
+    assert pieces.decode_gzip_in_pieces(path.read_bytes(), 2) is None
+    with pytest.raises(InputError) as caught:
+        load.load_trace(path, processes=2)
+    assert caught.value.code == "input.trace_truncated"
+    assert ("gzip bomb" if damage == "bomb" else "truncated or corrupt") in caught.value.message

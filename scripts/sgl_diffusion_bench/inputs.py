@@ -66,10 +66,16 @@ def read_bytes(path: str | Path, code: str, *, gunzip: bool | None = None, max_b
     return data
 
 
+def gunzip_limit(compressed_bytes: int) -> int:
+    """The most bytes gzip data of this size may decompress to before it is refused as a bomb: MAX_GUNZIP_RATIO
+    times its size (at least MAX_GUNZIP_FLOOR), never past MAX_INPUT_BYTES. Real traces compress 10-30 times, a bomb
+    of zeros a thousand."""
+    return min(MAX_INPUT_BYTES, max(MAX_GUNZIP_FLOOR, MAX_GUNZIP_RATIO * compressed_bytes))
+
+
 def gunzip_bounded(data: bytes, source: str, code: str, hint: str = "pass an intact .gz file") -> bytes:
-    """gzip data decompressed, refused as a bomb when it grows past MAX_GUNZIP_RATIO times its size (and
-    MAX_GUNZIP_FLOOR) or past MAX_INPUT_BYTES: real traces compress 10-30 times, a bomb of zeros a thousand."""
-    limit = min(MAX_INPUT_BYTES, max(MAX_GUNZIP_FLOOR, MAX_GUNZIP_RATIO * len(data)))
+    """gzip data decompressed, refused past ``gunzip_limit``."""
+    limit = gunzip_limit(len(data))
     pieces: list[bytes] = []
     total, rest = 0, data
     try:

@@ -22,14 +22,14 @@ GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """The decompressed JSON text of a trace file."""
+def read_trace_file(path: Path) -> bytes:
+    """A trace file's bytes as they are on disk (gzip or not)."""
     try:
         if path.is_dir():
             raise IsADirectoryError(path)
         if not path.exists():
             raise FileNotFoundError(path)
-        raw = inputs.read_bytes(path, "input.trace_unreadable", gunzip=False)  # a FIFO is refused, never read
+        return inputs.read_bytes(path, "input.trace_unreadable", gunzip=False)  # a FIFO is refused, never read
     except FileNotFoundError as exc:
         raise InputError("input.trace_not_found", f"trace file not found: {path}",
                          "pass the *.trace.json.gz the profiler wrote (its path is printed at the end of the "
@@ -40,6 +40,10 @@ def read_trace_bytes(path: Path) -> bytes:
     except OSError as exc:
         raise InputError("input.trace_unreadable", f"cannot read {path}: {exc}",
                          "check the path and permissions") from exc
+
+
+def trace_text(raw: bytes, path: Path) -> bytes:
+    """The JSON text of a trace file's bytes: decompressed when gzip (bounded), refused when empty."""
     if raw[:2] == GZIP_MAGIC:
         raw = inputs.gunzip_bounded(raw, str(path), "input.trace_truncated", "the profiler may still have been "
                                     "writing it; re-copy the file or re-run the profile")
@@ -47,6 +51,11 @@ def read_trace_bytes(path: Path) -> bytes:
         raise InputError("input.trace_empty", f"{path} is empty",
                          "the profiler wrote nothing; re-run the profile and wait for 'Saved profiler traces'")
     return raw
+
+
+def read_trace_bytes(path: Path) -> bytes:
+    """The decompressed JSON text of a trace file."""
+    return trace_text(read_trace_file(path), path)
 
 
 def decode_events(raw: bytes, source: str) -> tuple[list[Event], DistributedInfo | None]:
@@ -68,23 +77,34 @@ def decode_events(raw: bytes, source: str) -> tuple[list[Event], DistributedInfo
     return decoded.traceEvents, decoded.distributedInfo
 
 
+def _tables(path: Path, processes: int, meanwhile: Callable[[], object] | None):
+    """The file's event tables, ``distributedInfo`` and JSON size: in pieces where the file is large (mapped when
+    plain, decompressed as it is decoded when gzip), else decoded whole (which also gives every error its code)."""
+    text = pieces.map_plain_file(path)
+    if text is None:
+        raw = read_trace_file(path)
+        streamed = pieces.decode_gzip_in_pieces(raw, processes, meanwhile) if raw[:2] == GZIP_MAGIC else None
+        if streamed is not None:
+            return streamed
+        text = trace_text(raw, path)
+        del raw
+    in_pieces = pieces.decode_in_pieces(text, processes, meanwhile)
+    if in_pieces is not None:
+        return (*in_pieces, len(text))
+    events, dist = decode_events(text, str(path))
+    size = len(text)
+    del text
+    builder = TableBuilder()
+    builder.add(events)
+    return builder.tables(), dist, size
+
+
 def load_trace(path: str | Path, processes: int | None = None, meanwhile: Callable[[], object] | None = None) -> Trace:
     """Parse one trace file into the compact ``Trace`` model. A large file is decoded piece by piece by up to
     ``processes`` processes (default: the host's cores, see ``pieces``), and this process runs ``meanwhile`` (the
     caller's own loading, e.g. imports) while workers decode."""
     path = Path(path)
-    text = pieces.map_plain_file(path) or read_trace_bytes(path)
-    size = len(text)
-    in_pieces = pieces.decode_in_pieces(text, pieces.usable_processes(processes), meanwhile)
-    if in_pieces is None:
-        events, dist = decode_events(text, str(path))
-        builder = TableBuilder()
-        builder.add(events)
-        del events
-        tables = builder.tables()
-    else:
-        tables, dist = in_pieces
-    del text
+    tables, dist, size = _tables(path, pieces.usable_processes(processes), meanwhile)
     if not tables.event_count:
         raise InputError("input.trace_empty", f"{path} holds no trace events",
                          "the profiler recorded nothing; check that the profiled region actually ran")

@@ -6,7 +6,8 @@ Why pieces: decoding a whole 140 MB trace builds ~1 GB of short-lived objects in
 memory is a large part of the cost on a virtual machine; a piece's objects reuse the memory the previous piece's
 freed, which makes one process about a third faster and keeps its peak memory small. Why processes: the pieces are
 independent, so contiguous runs of them go to forked workers (the text is shared, not sent) and each core decodes
-its own run.
+its own run. A gzip file is decompressed a block at a time by the parent, which sends each piece to a worker as soon
+as it is whole: decompressing overlaps decoding, and the decompressed text is never held whole.
 
 A cut is a ``}``, ``,``, ``{`` sequence (whitespace allowed) outside any string, between two objects of the event
 list: a piece that ends inside a string or an unclosed object is not valid JSON, so a misplaced cut makes its piece
@@ -22,12 +23,13 @@ import multiprocessing
 import os
 import re
 import sys
+import zlib
 from pathlib import Path
 from typing import Callable
 
 import msgspec
 
-from .. import fileio
+from .. import fileio, inputs
 from .events import DECODER, DistributedInfo
 from .model import EventTables, TableBuilder, merge_tables
 
@@ -154,3 +156,99 @@ def decode_in_pieces(text, processes: int, meanwhile: Callable[[], object] | Non
     if any(r is None for r in results):
         return None
     return merge_tables([tables for tables, _ in results]), next((i for _, i in results if i is not None), None)
+
+
+def _inflate(raw: bytes, limit: int):
+    """The decompressed text of gzip data (every member), in blocks of at most ``PIECE_BYTES``; ValueError past
+    ``limit`` bytes, EOFError or zlib.error when the data is cut off or damaged."""
+    total, rest = 0, raw
+    while rest:
+        inflater = zlib.decompressobj(wbits=31)
+        data = rest
+        while not inflater.eof:
+            block = inflater.decompress(data, PIECE_BYTES)
+            data = inflater.unconsumed_tail
+            total += len(block)
+            if total > limit:
+                raise ValueError("past the gzip bound")
+            if not block and not data:
+                raise EOFError("compressed data ended before the end-of-stream marker")
+            if block:
+                yield block
+        rest = inflater.unused_data
+
+
+def _decode_bytes(piece: bytes):
+    """Worker: one piece sent whole, decoded and split; None when it does not decode."""
+    try:
+        decoded = DECODER.decode(piece)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    builder = TableBuilder()
+    builder.add(decoded if isinstance(decoded, list) else decoded.traceEvents)
+    return builder.tables(), None if isinstance(decoded, list) else decoded.distributedInfo
+
+
+def decode_gzip_in_pieces(raw: bytes, processes: int, meanwhile: Callable[[], object] | None = None) \
+        -> tuple[EventTables, DistributedInfo | None, int] | None:
+    """The tables, ``distributedInfo`` and decompressed size of gzip data, decompressed here a block at a time
+    while ``processes`` workers decode the pieces already whole (this process alone when 1; ``meanwhile`` runs
+    once every piece is handed out). None when the data is small, not a cuttable trace, or is damaged, cut off or
+    past the gzip bound: then it is read whole, which gives the real answer."""
+    if len(raw) * 4 < MIN_BYTES:  # traces compress 10-30 times: this one decompresses to a few MB at most
+        return None
+    pool = None
+    if processes > 1:
+        pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+    try:
+        results, size = _stream_pieces(raw, pool)
+        if results is None:
+            return None
+        if pool is not None and meanwhile is not None:
+            meanwhile()
+        done = [r.result() if pool is not None else r for r in results]
+    except concurrent.futures.BrokenExecutor:
+        return None
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    if any(r is None for r in done):
+        return None
+    return merge_tables([tables for tables, _ in done]), next((i for _, i in done if i is not None), None), size
+
+
+def _stream_pieces(raw: bytes, pool):
+    """Decompress ``raw``, cutting the text into pieces of about ``PIECE_BYTES`` as it grows; each piece goes to
+    ``pool`` (a future back) or is decoded here. The results in file order and the text's size, or (None, 0)."""
+    pending, results, size, head_done, wrap, searched = bytearray(), [], 0, False, None, 0
+
+    def hand_out(piece: bytes) -> None:
+        results.append(pool.submit(_decode_bytes, piece) if pool is not None else _decode_bytes(piece))
+
+    try:
+        for block in _inflate(raw, inputs.gunzip_limit(len(raw))):
+            size += len(block)
+            pending += block
+            if wrap is None:
+                wrap = (b'{"traceEvents":[', b"]}") if _is_object(pending) else (b"[", b"]")
+            head = 0
+            if not head_done:
+                head = pending.find(_HEAD) if wrap[1] == b"]}" else 0
+                if head < 0:
+                    continue
+            while len(pending) - head > PIECE_BYTES:
+                # (a long event: the next search goes on from about where this one ended, not from the start)
+                match = _BOUNDARY.search(pending, max(head, PIECE_BYTES * 3 // 4, searched - 1024))
+                if match is None:
+                    searched = len(pending)
+                    break
+                opening = wrap[0] if head_done else b""
+                hand_out(b"".join((opening, pending[:match.start() + 1], wrap[1])))
+                del pending[:match.end() - 1]
+                head, head_done, searched = 0, True, 0
+    except (ValueError, EOFError, zlib.error):
+        return None, 0
+    if not head_done:
+        return None, 0  # no cut was made: small once decompressed, read whole
+    hand_out(wrap[0] + bytes(pending))
+    return results, size
