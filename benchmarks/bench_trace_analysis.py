@@ -90,8 +90,10 @@ def build_large_trace(source: Path, copies: int, target: Path, rank: int = 0, wo
             out.append(e)
     doc["traceEvents"] = out
     doc["distributedInfo"] = {"rank": rank, "world_size": world_size}
-    target.write_text(json.dumps(doc), encoding="utf-8")
-    return {"source": str(source), "copies": copies, "events": len(out), "json_bytes": target.stat().st_size}
+    text = json.dumps(doc).encode()
+    target.write_bytes(gzip.compress(text) if target.suffix == ".gz" else text)  # level 9, as torch.profiler writes
+    return {"source": str(source), "copies": copies, "events": len(out), "json_bytes": len(text),
+            "file_bytes": target.stat().st_size}
 
 
 def run_measured(cmd: list[str]) -> dict:
@@ -118,6 +120,7 @@ def main() -> int:
     parser.add_argument("--hta-repeat", type=int, default=1)
     parser.add_argument("--ranks", type=int, default=1, help="rank files of --copies replicas each (default 1)")
     parser.add_argument("--build-rank", type=int, default=0, help=argparse.SUPPRESS)  # internal, with --build-to
+    parser.add_argument("--gzip", action="store_true", help="write the traces as .json.gz, as the profiler does")
     args = parser.parse_args()
     if args.build_to:
         print(json.dumps(build_large_trace(args.source, args.copies, args.build_to, args.build_rank, args.ranks)))
@@ -126,7 +129,8 @@ def main() -> int:
     try:
         trace_dir = workdir / "trace"
         trace_dir.mkdir()
-        traces = [trace_dir / f"large-rank{r}.trace.json" for r in range(args.ranks)]
+        suffix = ".trace.json.gz" if args.gzip else ".trace.json"
+        traces = [trace_dir / f"large-rank{r}{suffix}" for r in range(args.ranks)]
         files = []
         for rank, trace in enumerate(traces):
             print(f"[bench] building rank {rank}: {args.copies} replicas of {args.source.name} ...", file=sys.stderr)
@@ -134,8 +138,9 @@ def main() -> int:
                 [sys.executable, __file__, "--source", str(args.source), "--copies", str(args.copies), "--ranks",
                  str(args.ranks), "--build-rank", str(rank), "--build-to", str(trace)], check=True,
                 capture_output=True, text=True).stdout))
-        built = {"source": files[0]["source"], "copies": args.copies, "ranks": args.ranks,
-                 "events": sum(f["events"] for f in files), "json_bytes": sum(f["json_bytes"] for f in files)}
+        built = {"source": files[0]["source"], "copies": args.copies, "ranks": args.ranks, "gzip": args.gzip,
+                 "events": sum(f["events"] for f in files), "json_bytes": sum(f["json_bytes"] for f in files),
+                 "file_bytes": sum(f["file_bytes"] for f in files)}
         print(f"[bench] {built['json_bytes'] / 1e6:.1f} MB, {built['events']:,} events", file=sys.stderr)
         floors, ours_runs = [], []
         for i in range(args.repeat):  # floor and ours in turn, so both see the same host
