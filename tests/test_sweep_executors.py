@@ -123,7 +123,8 @@ def test_a_local_sweep_runs_every_shard_and_merges_one_report(local_sweep):
 
 def test_the_run_says_each_shard_event_in_order_and_ends_with_its_summary(local_sweep):
     said = assert_announced_and_summarised("\n".join(local_sweep["stderr"]), "sweep_diffusion")
-    first = said.index(next(line for line in said if "[sweep] tiny4: 4 shard(s) to run" in line))
+    first = said.index(next(line for line in said if line.startswith("[sweep] tiny4: 4 shard(s) to run")))
+    assert not any(line.startswith("[progress] [") for line in said)  # one tag per line
     for shard_id in SHARDS:
         events = [i for word in ("started (attempt 1)", "cell 1/1 run: VALID", "done in ")
                   for i, line in enumerate(said) if f"[sweep] {shard_id}: {word}" in line]

@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Iterator, Mapping, Sequence
 
-PREFIX = "[progress]"
+SOURCE = "progress"
+PREFIX = f"[{SOURCE}]"
 INTERVAL_S = 4.0
 POLL_S = 1.0  # how often a waiting loop checks whether a line is due
 _state = {"quiet": False}
@@ -25,9 +26,11 @@ def set_quiet(quiet: bool) -> None:
     _state["quiet"] = quiet
 
 
-def say(text: str) -> None:
+def say(text: str, source: str = SOURCE) -> None:
+    """One progress line on stderr, tagged with what speaks (``[progress]``, or e.g. ``[sweep]`` for a sweep's own
+    lines, so they carry one tag, not two)."""
     if not _state["quiet"]:
-        print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
+        print(f"[{source}] {text}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -89,7 +89,7 @@ def _status_result(doc: dict, schema: str = "sweep-status.v1") -> _runner.Result
 def _check_with_the_bench(rows: list[dict]) -> int:
     """Each shard's command through the bench's own checks (once per preset and override set: repeats differ only
     in their label), recorded on its row as bench_refusal; returns how many shards are refused."""
-    progress.say(f"[sweep] checking {len(rows)} shard command(s) with the bench's own argument checks")
+    progress.say(f"checking {len(rows)} shard command(s) with the bench's own argument checks", source="sweep")
     verdicts: dict[str, dict | None] = {}
     for row in rows:
         key = json.dumps([row["preset"], row["overrides"]], sort_keys=True)

@@ -106,8 +106,9 @@ def run(spec_path: str, folder: Path, executor: str, options: executors.Options)
     sweep_state.prepare(folder, spec.name, spec.document)
     if todo:
         shard_time = watch.clock_text(sum(j.estimate_s for j in todo))
-        progress.say(f"[sweep] {spec.name}: {len(todo)} shard(s) to run with --executor {executor}, "
-                     f"{len(skipped)} done or running already; about {shard_time} of shard time estimated")
+        progress.say(f"{spec.name}: {len(todo)} shard(s) to run with --executor {executor}, "
+                     f"{len(skipped)} done or running already; about {shard_time} of shard time estimated",
+                     source="sweep")
         outcome = _submit(folder, todo, executor, options)
     else:
         outcome = {"executor": executor, "submitted": [], "job_ids": {}}

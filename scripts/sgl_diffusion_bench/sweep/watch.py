@@ -6,6 +6,7 @@ stderr log), so it is the same for every executor that writes there; the shards 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import Callable
 from .. import progress
 from . import state as sweep_state
 
-PREFIX = "[sweep]"
+SOURCE = "sweep"  # the tag of the watcher's lines: "[sweep] a: started (attempt 1) [...]"
 QUIET_S = progress.INTERVAL_S  # the longest a running sweep stays silent
 CELL_LINE = re.compile(r"^\[cell (?P<n>\d+)/(?P<of>\d+)\] (?P<text>.*?: [A-Z_]+ after .*)$")
 LATEST_CHARS = 120
@@ -47,7 +48,8 @@ class Watcher:
     """Polls the folder for the shards being run now; ``slots`` is how many run at once (the ETA divides by it)."""
 
     def __init__(self, folder: Path, estimates_s: dict[str, float], slots: int,
-                 say: Callable[[str], None] = progress.say, clock: Callable[[], float] = time.monotonic):
+                 say: Callable[[str], None] = functools.partial(progress.say, source=SOURCE),
+                 clock: Callable[[], float] = time.monotonic):
         self.folder, self.slots, self.say, self.clock = folder, max(1, slots), say, clock
         self.shards = {shard_id: _Shard(seconds, (sweep_state.read_state(folder, shard_id) or {}).get("attempt"))
                        for shard_id, seconds in estimates_s.items()}
@@ -69,7 +71,7 @@ class Watcher:
 
     def _line(self, text: str) -> None:
         self._last_said = self.clock()
-        self.say(f"{PREFIX} {text} [{self.counts()}; elapsed {clock_text(self._last_said - self.began)}, "
+        self.say(f"{text} [{self.counts()}; elapsed {clock_text(self._last_said - self.began)}, "
                  f"ETA ~{clock_text(self.eta_s())}]")
 
     def poll(self) -> None:

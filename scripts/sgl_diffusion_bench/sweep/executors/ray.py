@@ -96,7 +96,7 @@ def submit(folder: Path, jobs: list[Job], options: Options) -> dict[str, Any]:
         refs[job.shard_id] = task.remote(str(folder), job.shard_id, list(job.argv), job.hash, NAME)
         (sweep_state.shard_dir(folder, job.shard_id) / "cancel").unlink(missing_ok=True)
     task_ids = {shard_id: ref.task_id().hex() for shard_id, ref in refs.items()}
-    progress.say(f"[sweep] submitted {len(jobs)} shard(s) to the Ray cluster at {_address(options)}")
+    progress.say(f"submitted {len(jobs)} shard(s) to the Ray cluster at {_address(options)}", source="sweep")
     waiting = dict(refs)
     while waiting:
         done, _ = ray.wait(list(waiting.values()), num_returns=1, timeout=POLL_S)

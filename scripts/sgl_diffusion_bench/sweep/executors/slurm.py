@@ -102,7 +102,8 @@ def submit(folder: Path, jobs: list[Job], options: Options) -> dict[str, Any]:
                       "submitted_at": contract.utc_now()}
             sweep_state.write_state(folder, job.shard_id, queued)
     fileio.atomic_write_text(folder / JOBS_FILE, json.dumps(job_ids, indent=1, sort_keys=True))
-    progress.say(f"[sweep] submitted {len(jobs)} shard(s) to Slurm: " + ", ".join(sorted(set(job_ids.values()))))
+    progress.say(f"submitted {len(jobs)} shard(s) to Slurm: " + ", ".join(sorted(set(job_ids.values()))),
+                 source="sweep")
     if options.wait:
         wait(folder, job_ids)
     return {"executor": NAME, "submitted": [j.shard_id for j in jobs], "job_ids": job_ids}
