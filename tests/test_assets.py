@@ -132,6 +132,18 @@ def test_a_run_installs_the_bundled_assets_it_lacks_and_only_those(tmp_path):
     assert not (tmp_path / "other").exists()
 
 
+def test_a_bundled_copy_that_fails_its_hash_is_refused_by_name(tmp_path, monkeypatch):
+    damaged = tmp_path / "bundle"
+    damaged.mkdir()
+    (damaged / "tiny_input_64.png").write_bytes(b"not the pinned picture")
+    monkeypatch.setattr(assets, "BUNDLED_DIR", damaged)
+    wanted = tmp_path / "figs" / "tiny_input_64.png"
+    with pytest.raises(contract.PreconditionError) as caught:
+        assets.require({wanted})
+    assert caught.value.code == "assets.missing" and not wanted.exists()
+    assert f"{wanted} (the bundled copy does not match the expected hash; it was not installed)" in caught.value.message
+
+
 def test_unresolved_source_without_mirror_is_missing_with_a_hint(tmp_path):
     unresolved = assets.Asset("x", "x.png", {"kind": "unresolved", "description": "somewhere"}, None)
     outcomes, lock_path = assets.fetch_assets(tmp_path, (unresolved,))

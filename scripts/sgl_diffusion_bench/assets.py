@@ -159,8 +159,9 @@ def fetch_one(asset: Asset, assets_dir: Path, lock: dict[str, dict[str, str]], d
         actual = fileio.sha256_file(part)
         if expected is not None and actual != expected:
             part.unlink()  # our own partial file: never install a file that fails its hash
+            fetched = "the bundled copy" if asset.source["kind"] == "bundled" else "the downloaded file"
             return FetchOutcome(asset, path, "hash_mismatch", actual, expected, hash_source,
-                                "downloaded file does not match the expected hash; it was not installed")
+                                f"{fetched} does not match the expected hash; it was not installed")
         os.replace(part, path)
         downloaded = True
     else:
@@ -185,22 +186,21 @@ def require(paths: set[Path]) -> None:
     """Every one of ``paths`` present before a run starts: the bundled ones among the missing installed, anything
     still missing refused."""
     wanted = {p for p in paths if not p.is_file()}
-    for folder in {p.parent for p in wanted}:
-        install_bundled(folder, wanted)
-    missing = sorted(str(p) for p in wanted if not p.is_file())
+    why = {o.path: o.detail for folder in {p.parent for p in wanted} for o in install_bundled(folder, wanted)
+           if o.failed}
+    missing = sorted(f"{p} ({why[p]})" if p in why else str(p) for p in wanted if not p.is_file())
     if missing:
         raise contract.PreconditionError("assets.missing", f"input assets missing: {', '.join(missing)}",
                                          "run bench_diffusion_denoise.py --fetch-assets --json first")
 
 
-def install_bundled(assets_dir: Path, missing: set[Path]) -> None:
+def install_bundled(assets_dir: Path, missing: set[Path]) -> list[FetchOutcome]:
     """Copy the bundled assets among ``missing`` into ``assets_dir`` (verified against their pinned hash): a run needs
-    no --fetch-assets for what the bundle ships."""
+    no --fetch-assets for what the bundle ships. Each copy's outcome, so a refused one (a damaged bundle) is named."""
     bundled = [a for a in load_manifest() if a.source["kind"] == "bundled" and assets_dir / a.filename in missing]
     if bundled:
         assets_dir.mkdir(parents=True, exist_ok=True)
-        for asset in bundled:
-            fetch_one(asset, assets_dir, {}, make_downloader())
+    return [fetch_one(asset, assets_dir, {}, make_downloader()) for asset in bundled]
 
 
 def fetch_assets(assets_dir: Path, manifest: tuple[Asset, ...] | None = None,
