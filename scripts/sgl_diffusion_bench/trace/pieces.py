@@ -22,6 +22,7 @@ import mmap
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import zlib
 from pathlib import Path
@@ -40,6 +41,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _HEAD = b'"traceEvents"'
 _FIRST_TOKEN = re.compile(rb"\s*(\S)")
+_WORKER_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _shared: bytes | mmap.mmap = b""  # the text, set in the parent just before the workers are forked
 
 
@@ -49,6 +51,26 @@ def usable_processes(limit: int | None = None) -> int:
         return 1
     cores = len(os.sched_getaffinity(0))
     return max(1, min(cores, MAX_PROCESSES, cores if limit is None else limit))
+
+
+def forked_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """``workers`` processes forked now, each ignoring SIGINT (Ctrl-C reaches this process, which stops them) and
+    ending on SIGTERM (not raising this process's KeyboardInterrupt in a copy of it). Both signals are blocked while
+    they fork, so none lands in a child before it has set its own."""
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                                  initializer=_worker_signals)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
+    try:
+        pool.submit(int)  # the fork start method starts every worker at the first task
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pool
+
+
+def _worker_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _WORKER_SIGNALS)
 
 
 def map_plain_file(path: Path) -> mmap.mmap | None:
@@ -143,9 +165,8 @@ def decode_in_pieces(text, processes: int, meanwhile: Callable[[], object] | Non
         if len(runs) == 1:
             results = [_decode_run(runs[0])]
         else:
-            with concurrent.futures.ProcessPoolExecutor(len(runs), mp_context=multiprocessing.get_context("fork")) \
-                    as pool:
-                pending = pool.map(_decode_run, runs)  # every worker forked by now
+            with forked_pool(len(runs)) as pool:
+                pending = pool.map(_decode_run, runs)
                 if meanwhile is not None:
                     meanwhile()
                 results = list(pending)
@@ -197,9 +218,7 @@ def decode_gzip_in_pieces(raw: bytes, processes: int, meanwhile: Callable[[], ob
     past the gzip bound: then it is read whole, which gives the real answer."""
     if len(raw) * 4 < MIN_BYTES:  # traces compress 10-30 times: this one decompresses to a few MB at most
         return None
-    pool = None
-    if processes > 1:
-        pool = concurrent.futures.ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+    pool = forked_pool(processes) if processes > 1 else None
     try:
         results, size = _stream_pieces(raw, pool)
         if results is None:

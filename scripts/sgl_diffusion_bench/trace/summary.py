@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 from pathlib import Path
 from typing import Callable
@@ -12,6 +10,7 @@ from .analyses.hotspots import analyze_cpu_ops, analyze_kernels, analyze_memory_
 from .analyses.launches import analyze_launches
 from .analyses.ranks import rank_figures
 from .analyses.stages import analyze_stages
+from . import pieces
 from .load import load_trace
 from .model import Trace
 
@@ -65,12 +64,11 @@ def rank_summaries(paths: list[str], meanwhile: Callable[[], object] | None = No
     pieces of each trace; ``meanwhile`` runs here while they work): each process holds one trace at a time, so
     memory is bounded per rank; results come back in ``paths`` order, and a trace's error is raised here."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = min(len(paths), cores)
+    workers = min(len(paths), cores) if pieces.usable_processes() > 1 else 1  # (1 where fork is missing)
     if workers < 2:
         return [rank_summary(p) for p in paths]
     import numpy  # noqa: F401  (each rank's analysis needs it: imported once here, not once per worker)
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with pieces.forked_pool(workers) as pool:
         pending = pool.map(rank_summary, paths, [max(1, cores // len(paths))] * len(paths))
         if meanwhile is not None:
             meanwhile()
