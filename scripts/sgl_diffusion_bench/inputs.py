@@ -17,6 +17,7 @@ from . import contract, fileio
 
 MAX_INPUT_BYTES = 4 << 30  # a 340 MB trace is normal; a file larger than this is not an input of ours
 MAX_GUNZIP_RATIO, MAX_GUNZIP_FLOOR = 200, 64 << 20
+GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip member
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 30  # ns timestamps and byte counts fit; a 4,300-digit integer is an attack, not a figure
 # The largest duration (ms) or memory figure (MiB) a measurement can be: 1e12 ms is 31 years, 1e12 MiB an exbibyte.

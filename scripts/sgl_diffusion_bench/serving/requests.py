@@ -4,9 +4,8 @@ request_manifest.py, the engine's own loader)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
-
 from pathlib import Path
+from typing import Any, Sequence
 
 from .. import assets, contract, work_dirs
 from ..engine.request_manifest import RequestSpec, SIZE_MULTIPLE

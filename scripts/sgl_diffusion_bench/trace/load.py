@@ -18,7 +18,6 @@ from . import pieces
 from .events import DECODER, DistributedInfo, Event
 from .model import TableBuilder, Trace, build_trace
 
-GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
 
 
@@ -44,7 +43,7 @@ def read_trace_file(path: Path) -> bytes:
 
 def trace_text(raw: bytes, path: Path) -> bytes:
     """The JSON text of a trace file's bytes: decompressed when gzip (bounded), refused when empty."""
-    if raw[:2] == GZIP_MAGIC:
+    if raw[:2] == inputs.GZIP_MAGIC:
         raw = inputs.gunzip_bounded(raw, str(path), "input.trace_truncated", "the profiler may still have been "
                                     "writing it; re-copy the file or re-run the profile")
     if not raw.strip():
@@ -83,7 +82,7 @@ def _tables(path: Path, processes: int, meanwhile: Callable[[], object] | None):
     text = pieces.map_plain_file(path)
     if text is None:
         raw = read_trace_file(path)
-        streamed = pieces.decode_gzip_in_pieces(raw, processes, meanwhile) if raw[:2] == GZIP_MAGIC else None
+        streamed = pieces.decode_gzip_in_pieces(raw, processes, meanwhile) if raw[:2] == inputs.GZIP_MAGIC else None
         if streamed is not None:
             return streamed
         text = trace_text(raw, path)

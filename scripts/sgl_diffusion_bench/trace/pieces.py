@@ -37,7 +37,6 @@ from .model import EventTables, TableBuilder, merge_tables
 MIN_BYTES = 8 << 20  # below this, the whole file is decoded in one go
 PIECE_BYTES = 4 << 20
 MAX_PROCESSES = 4
-GZIP_MAGIC = b"\x1f\x8b"
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _HEAD = b'"traceEvents"'
 _FIRST_TOKEN = re.compile(rb"\s*(\S)")
@@ -82,7 +81,7 @@ def map_plain_file(path: Path) -> mmap.mmap | None:
     except (OSError, fileio.NotRegularFileError):
         return None
     try:
-        if st.st_size < MIN_BYTES or os.pread(fd, 2, 0) == GZIP_MAGIC:
+        if st.st_size < MIN_BYTES or os.pread(fd, 2, 0) == inputs.GZIP_MAGIC:
             return None
         return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
     except (OSError, ValueError):
@@ -128,19 +127,26 @@ def _decode_run(run: list[tuple[int, int, bytes, bytes]]):
             buffer[len(opening):len(opening) + end - start] = text[start:end]
             buffer[size - len(closing):size] = closing
             with memoryview(buffer)[:size] as piece:
-                try:
-                    decoded = DECODER.decode(piece)
-                except (msgspec.DecodeError, RecursionError):
-                    return None
-            if isinstance(decoded, list):
-                builder.add(decoded)
-            else:
-                builder.add(decoded.traceEvents)
-                info = decoded.distributedInfo or info
-            del decoded
+                decoded, piece_info = _add_piece(builder, piece)
+            if not decoded:
+                return None
+            info = piece_info or info
     finally:
         text.release()
     return builder.tables(), info
+
+
+def _add_piece(builder: TableBuilder, piece) -> tuple[bool, DistributedInfo | None]:
+    """Decode one piece (a document of its own) into ``builder``: whether it decoded, and its ``distributedInfo``."""
+    try:
+        decoded = DECODER.decode(piece)
+    except (msgspec.DecodeError, RecursionError):
+        return False, None
+    if isinstance(decoded, list):
+        builder.add(decoded)
+        return True, None
+    builder.add(decoded.traceEvents)
+    return True, decoded.distributedInfo
 
 
 def decode_in_pieces(text, processes: int, meanwhile: Callable[[], object] | None = None) \
@@ -174,6 +180,11 @@ def decode_in_pieces(text, processes: int, meanwhile: Callable[[], object] | Non
         return None
     finally:
         _shared = b""
+    return _joined(results)
+
+
+def _joined(results: list) -> tuple[EventTables, DistributedInfo | None] | None:
+    """The pieces' (tables, distributedInfo) in file order as one, or None when any piece did not decode."""
     if any(r is None for r in results):
         return None
     return merge_tables([tables for tables, _ in results]), next((i for _, i in results if i is not None), None)
@@ -201,13 +212,9 @@ def _inflate(raw: bytes, limit: int):
 
 def _decode_bytes(piece: bytes):
     """Worker: one piece sent whole, decoded and split; None when it does not decode."""
-    try:
-        decoded = DECODER.decode(piece)
-    except (msgspec.DecodeError, RecursionError):
-        return None
     builder = TableBuilder()
-    builder.add(decoded if isinstance(decoded, list) else decoded.traceEvents)
-    return builder.tables(), None if isinstance(decoded, list) else decoded.distributedInfo
+    decoded, info = _add_piece(builder, piece)
+    return (builder.tables(), info) if decoded else None
 
 
 def decode_gzip_in_pieces(raw: bytes, processes: int, meanwhile: Callable[[], object] | None = None) \
@@ -231,9 +238,8 @@ def decode_gzip_in_pieces(raw: bytes, processes: int, meanwhile: Callable[[], ob
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    if any(r is None for r in done):
-        return None
-    return merge_tables([tables for tables, _ in done]), next((i for _, i in done if i is not None), None), size
+    joined = _joined(done)
+    return None if joined is None else (*joined, size)
 
 
 def _stream_pieces(raw: bytes, pool):
