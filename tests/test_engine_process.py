@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HF_TOKEN_CANARY
+from sgl_diffusion_bench import contract
 from sgl_diffusion_bench.engine import engine_process
 from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
@@ -137,11 +138,35 @@ def test_secret_values_are_redacted_in_the_log(tmp_path):
 def test_sglang_cli_and_ports():
     cli = engine_process.sglang_cli()
     assert Path(cli[0]).is_file() and os.access(cli[0], os.X_OK)
-    args = engine_process.port_args()
+    args = engine_process.port_args(avoid={30005})
     assert args[0::2] == ["--master-port", "--scheduler-port"] and args[1] != args[3]
     for port in map(int, args[1::2]):
+        assert engine_process.PORT_PICK_LOW <= port < 32768 and port != 30005  # never where the OS hands ports out
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))  # still free
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_a_free_port_block_skips_a_listener_and_what_it_must_avoid():
+    """A server's port and the broker after it: the only block left free in the range is the one returned."""
+    low = engine_process.PORT_PICK_LOW
+    window = next(p for p in range(low + 500, 30000, 7) if all(map(bindable, range(p, p + 4))))
+    outside = set(range(low, 40000)) - set(range(window, window + 4))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", window + 1))
+        busy.listen()
+        assert engine_process.free_port(2, avoid=outside) == window + 2
+        with pytest.raises(contract.PreconditionError) as refused:
+            engine_process.free_port(2, avoid=outside | {window + 2})
+    assert refused.value.code == "engine.no_free_port"
 
 
 def test_cpu_adapter_env_puts_the_adapter_first_and_validates_switches():

@@ -257,16 +257,28 @@ def test_server_that_exits_is_an_error_with_its_log_tail(tmp_path):
 
 
 @pytest.mark.torch
-def test_port_in_use_is_refused_before_anything_starts(tmp_path):
+@pytest.mark.parametrize("below", [0, 1], ids=["its-port", "its-broker-port"])
+def test_port_in_use_is_refused_before_anything_starts(tmp_path, below):
+    """`sglang serve --port P` also binds P + 1 (its broker): a listener on either refuses --port-b P."""
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
+        busy.bind(("127.0.0.1", engine_process.free_port(3) + 1))
         busy.listen()
-        port = busy.getsockname()[1]
+        port = busy.getsockname()[1] - below
         run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--port-b", str(port),
                          "--output-dir", str(tmp_path / "run"), "--json")
     assert run.returncode == 3
-    assert run.document["error"]["code"] == "serving.port_in_use" and str(port) in run.document["error"]["message"]
+    message = run.document["error"]["message"]
+    assert run.document["error"]["code"] == "serving.port_in_use" and message.startswith(f"--port-b {port}: ")
+    assert ("broker" in message) == bool(below) and f":{port + below} " in message
     assert not (tmp_path / "run").exists()
+
+
+def test_adjacent_ports_are_refused_since_each_server_binds_the_next_one_too(tmp_path):
+    port = engine_process.free_port(3)
+    run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--port-a", str(port),
+                     "--port-b", str(port + 1), "--output-dir", str(tmp_path / "run"), "--json")
+    assert run.returncode == 2 and run.document["error"]["code"] == "usage.rejected_combination"
+    assert "adjacent" in run.document["error"]["message"] and not (tmp_path / "run").exists()
 
 
 @pytest.mark.torch

@@ -112,9 +112,8 @@ def request_of(args: argparse.Namespace) -> run.ServingRequest:
     preset = presets.get_preset(args.model)
     endpoint = requests.endpoint(preset)
     python = engine_python.resolve(args.engine_python)
-    for arm, port in (("a", args.port_a), ("b", args.port_b)):
-        if port is not None:  # before anything is built or started
-            server.check_port_free(port, f"--port-{arm}")
+    server.check_given_ports({arm: port for arm, port in (("a", args.port_a), ("b", args.port_b))
+                              if port is not None})  # before anything is built or started
     location = work_dirs.sglang_location() if engine_python.is_own(python) else engine_python.sglang_location(python)
     if not location["installed"]:
         raise contract.PreconditionError("engine.not_installed", f"sglang is not installed: {location['reason']}",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, TextIO
+from typing import Callable, Collection, Iterable, TextIO
 
 from .. import contract, progress
 from . import engine_python
@@ -59,19 +61,50 @@ def cpu_adapter_env(base: dict[str, str], disable: Iterable[str] = ()) -> dict[s
     return child
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it; another process may still take it later)."""
+PORT_PICK_LOW = 20000  # fresh ports are picked from here up to the OS's ephemeral range
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
-def port_args() -> list[str]:
-    """``--master-port``/``--scheduler-port`` with fresh free ports: the defaults (30005, 5555+random) collide
-    between concurrent runs, since 0.5.10.post1 only checks availability at parse time."""
-    master, scheduler = free_port(), free_port()
-    while scheduler == master:
-        scheduler = free_port()
+def free_port(span: int = 1, avoid: Collection[int] = ()) -> int:
+    """The first of ``span`` consecutive TCP ports free on 127.0.0.1 right now, none of them in ``avoid``.
+
+    Below the OS's ephemeral range, so that a port the OS hands out (another process's connect() or bind to port 0)
+    cannot land there between this check and the engine's bind, which under load comes a minute later; the search
+    starts at a random port so that concurrent runs pick apart.
+    """
+    low, high = PORT_PICK_LOW, _ephemeral_low() - span + 1
+    if high - low < 1000:  # an unusual ephemeral range: anywhere unprivileged
+        low, high = 1024, 65536 - span + 1
+    avoided, start = set(avoid), random.SystemRandom().randrange(low, high)
+    for port in itertools.chain(range(start, high), range(low, start)):
+        block = range(port, port + span)
+        if avoided.isdisjoint(block) and all(map(_bindable, block)):
+            return port
+    raise contract.PreconditionError(
+        "engine.no_free_port", f"no {span} free consecutive TCP port(s) on 127.0.0.1 between {low} and "
+        f"{high + span - 2}", "stop processes that hold many local ports, then run again")
+
+
+def port_args(avoid: Collection[int] = ()) -> list[str]:
+    """``--master-port``/``--scheduler-port`` with fresh free ports (none in ``avoid``): the defaults (30005,
+    5555+random) collide between concurrent runs, since 0.5.10.post1 only checks availability at parse time."""
+    master = free_port(avoid=avoid)
+    scheduler = free_port(avoid={*avoid, master})
     return ["--master-port", str(master), "--scheduler-port", str(scheduler)]
 
 

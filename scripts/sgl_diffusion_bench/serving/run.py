@@ -55,25 +55,26 @@ class ServingRequest:
     endpoint: str = load.IMAGES  # load.VIDEOS for a video preset
     input_image: Path | None = None  # what an image-to-video preset's jobs upload
 
-    def argv(self, arm: str, port: int) -> list[str]:
-        return server.serve_argv(self.sglang_cli, self.model_path, port, [*self.shared_args, *self.arm_args[arm]])
+    def argv(self, arm: str, port: int, engine_ports: Sequence[str]) -> list[str]:
+        return server.serve_argv(self.sglang_cli, self.model_path, port, [*self.shared_args, *self.arm_args[arm]],
+                                 engine_ports)
 
 
 def _ports(request: ServingRequest) -> dict[str, int]:
-    chosen: dict[str, int] = {}
+    chosen = {arm: request.ports[arm] for arm in ARMS if request.ports.get(arm) is not None}
+    server.check_given_ports(chosen)
     for arm in ARMS:
-        given = request.ports.get(arm)
-        if given is not None:
-            server.check_port_free(given, f"--port-{arm.lower()}")
-            chosen[arm] = given
-    if len(set(chosen.values())) < len(chosen):
-        raise contract.UsageError("usage.rejected_combination", "--port-a and --port-b are the same port",
-                                  "give each arm its own port, or leave them out")
+        if arm not in chosen:
+            chosen[arm] = engine_process.free_port(server.PORTS_PER_SERVER, avoid=server.server_ports(chosen))
+    return chosen
+
+
+def _engine_ports(ports: dict[str, int]) -> dict[str, list[str]]:
+    """Each arm's master/scheduler ports: fresh, and apart from every server's port and broker and each other."""
+    taken, chosen = server.server_ports(ports), {}
     for arm in ARMS:
-        while arm not in chosen:
-            port = engine_process.free_port()
-            if port not in chosen.values():
-                chosen[arm] = port
+        chosen[arm] = engine_process.port_args(avoid=taken)
+        taken |= {int(port) for port in chosen[arm][1::2]}
     return chosen
 
 
@@ -168,9 +169,10 @@ def _interrupted(requests_log: Path, servers_doc: dict[str, Any]) -> contract.To
 def run(request: ServingRequest) -> dict[str, Any]:
     """Run the A/B; the serving-report.v1 payload (without the envelope). Servers are stopped on every way out."""
     ports = _ports(request)
+    engine_ports = _engine_ports(ports)
     env = _env(request)
     request.output_dir.mkdir(parents=True, exist_ok=True)
-    specs = [server.ServerSpec(arm, tuple(request.argv(arm, ports[arm])), env, ports[arm],
+    specs = [server.ServerSpec(arm, tuple(request.argv(arm, ports[arm], engine_ports[arm])), env, ports[arm],
                                request.output_dir / f"server-{arm.lower()}") for arm in ARMS]
     traces = [load.build_trace(p, len(request.specs), requests=request.requests, duration_s=request.duration_s,
                                seed=request.seed) for p in request.points]

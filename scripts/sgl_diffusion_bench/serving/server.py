@@ -64,10 +64,20 @@ class ServerSpec:
         return self.run_dir / "server.log"
 
 
-def serve_argv(sglang_cli: Sequence[str], model_path: str, port: int, arm_args: Sequence[str]) -> list[str]:
-    """``sglang serve`` on HOST:port with fresh master/scheduler ports (two servers must not share the defaults)."""
+PORTS_PER_SERVER = 2  # `sglang serve --port P` also binds its broker on P + 1
+
+
+def serve_argv(sglang_cli: Sequence[str], model_path: str, port: int, arm_args: Sequence[str],
+               engine_ports: Sequence[str]) -> list[str]:
+    """``sglang serve`` on HOST:port with the engine's own ports (``engine_process.port_args``: two servers must not
+    share the defaults)."""
     return [*sglang_cli, "serve", "--model-path", model_path, "--host", HOST, "--port", str(port),
-            *engine_process.port_args(), *arm_args]
+            *engine_ports, *arm_args]
+
+
+def server_ports(ports: dict[str, int]) -> set[int]:
+    """Every port the servers on ``ports`` (arm -> --port) bind: theirs and their brokers'."""
+    return {port + i for port in ports.values() for i in range(PORTS_PER_SERVER)}
 
 
 def check_flags(engine: Any, argv_tail: Sequence[str], where: str) -> None:
@@ -82,15 +92,28 @@ def check_flags(engine: Any, argv_tail: Sequence[str], where: str) -> None:
 
 
 def check_port_free(port: int, option: str) -> None:
-    """Refuse a port something already listens on (or that we may not bind) before any server starts."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError as exc:
-            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
-            raise contract.PreconditionError(
-                "serving.port_in_use", f"{option} {port}: {HOST}:{port} {why}; no server was started",
-                f"stop what listens there, pick another port, or leave {option} out for a free one") from None
+    """Refuse a port, or the broker port after it, that something already listens on (or that we may not bind)
+    before any server starts."""
+    for taken in range(port, port + PORTS_PER_SERVER):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((HOST, taken))
+            except OSError as exc:
+                why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+                what = f"{HOST}:{taken}" + ("" if taken == port else f" (the server's broker port, {option} + 1)")
+                raise contract.PreconditionError(
+                    "serving.port_in_use", f"{option} {port}: {what} {why}; no server was started",
+                    f"stop what listens there, pick another port, or leave {option} out for a free one") from None
+
+
+def check_given_ports(ports: dict[str, int]) -> None:
+    """Refuse the ports given for the arms (arm letter -> port) that are taken or that overlap, brokers included."""
+    for arm, port in ports.items():
+        check_port_free(port, f"--port-{arm.lower()}")
+    if len(server_ports(ports)) < PORTS_PER_SERVER * len(ports):
+        raise contract.UsageError("usage.rejected_combination", "--port-a and --port-b are the same or adjacent "
+                                  "ports (each server also binds the port after its own, for its broker)",
+                                  "give each arm its own port, at least 2 apart, or leave them out")
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
