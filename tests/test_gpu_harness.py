@@ -116,21 +116,42 @@ def test_kvcacheio_stand_in_covers_every_name_the_installed_engine_imports_from_
     assert run.returncode == 0 and run.stdout.strip() == "[]", run.stdout + run.stderr
 
 
-def test_import_only_stand_ins_raise_when_used():
+def test_the_video_stand_ins_write_what_sglang_pipes_and_read_back_what_pyav_reads(tmp_path):
+    """sglang 0.5.23 writes a video by piping raw frames to imageio-ffmpeg's binary (its _save_video_ffmpeg command);
+    on the machine the harness's ffmpeg stand-in writes them with OpenCV and its av stand-in reads them back: the
+    frames the real PyAV decodes from the same file. Other commands and LTX-2's uses of av still fail."""
+    import av
+    import numpy as np
+
+    video, frames = tmp_path / "out.mp4", tmp_path / "frames.npy"
     code = """
-import importlib.util, sys
+import subprocess, sys
+import numpy as np
 sys.path.insert(0, {standins!r})
 import av, imageio_ffmpeg
-errors = []
-for call in (imageio_ffmpeg.get_ffmpeg_exe, av.open):
-    try:
-        call()
-    except NotImplementedError as exc:
-        errors.append(type(exc).__name__)
-print(errors, av.__file__.startswith({standins!r}), imageio_ffmpeg.__file__.startswith({standins!r}))
-""".format(standins=str(HARNESS / "standins"))
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0 and run.stdout.strip() == "['NotImplementedError', 'NotImplementedError'] True True"
+assert av.__file__.startswith({standins!r}) and imageio_ffmpeg.__file__.startswith({standins!r})
+rng = np.random.default_rng(0)
+raw = b"".join(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8).tobytes() for _ in range(5))
+head = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-f", "rawvideo", "-vcodec", "rawvideo", "-s", "64x48", "-pix_fmt",
+        "rgb24", "-r", "8.00", "-i", "pipe:0", "-an", "-vcodec", "libx264", "-preset", "fast", "-pix_fmt", "yuv420p",
+        "-crf", "10"]
+assert subprocess.run([*head, "-vf", "scale=64:48", {video!r}], input=raw).returncode == 1
+assert subprocess.run([*head, {video!r}], input=raw).returncode == 0
+with av.open({video!r}) as container:
+    assert container.streams.video
+    np.save({frames!r}, np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]))
+try:
+    av.VideoFrame.from_ndarray(None)
+except NotImplementedError:
+    print("raised")
+""".format(standins=str(HARNESS / "standins"), video=str(video), frames=str(frames))
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "raised", run.stdout + run.stderr
+    assert "5 frame(s) 64x48 written" in run.stderr and "unsupported command" in run.stderr
+    with av.open(str(video)) as container:
+        real = np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+    assert real.shape == (5, 48, 64, 3) and np.array_equal(np.load(frames), real)
 
 
 def test_carry_list_pins_one_cp312_compatible_wheel_per_project_with_its_hash():
