@@ -86,7 +86,7 @@ def run_main(name: str, *args: str, env: dict[str, str] | None = None, cwd: Path
     it saves the ~0.4 s a process spends starting and importing the package (a third of `make check` was that)."""
     wrapper = (SCRIPTS / f"{name}.py").read_text(encoding="utf-8")
     module = importlib.import_module(re.search(r"from (sgl_diffusion_bench\.cli\.\w+) import main", wrapper)[1])
-    out, err, saved_env, saved_term = io.StringIO(), io.StringIO(), dict(os.environ), signal.getsignal(signal.SIGTERM)
+    out, err, saved_env = io.StringIO(), io.StringIO(), dict(os.environ)
     saved_cwd = os.getcwd()
     os.environ["HF_TOKEN"] = HF_TOKEN_CANARY
     os.environ.update(env or {})
@@ -101,7 +101,6 @@ def run_main(name: str, *args: str, env: dict[str, str] | None = None, cwd: Path
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        signal.signal(signal.SIGTERM, saved_term)
     return _checked(ScriptRun(returncode, out.getvalue(), err.getvalue()), args, expect_json)
 
 

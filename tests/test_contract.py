@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -47,6 +48,23 @@ def test_bad_usage_is_an_error_document_with_exit_2(name):
 def test_help_works(name):
     run = run_main(name, "--help", expect_json=False)
     assert run.returncode == 0 and "usage:" in run.stdout
+
+
+def test_sigterm_acts_as_ctrl_c_only_while_a_command_runs():
+    """A command run in-process hands the caller's SIGTERM handler back: a process forked later (a pool worker, an
+    engine) must not inherit one that raises KeyboardInterrupt."""
+    seen = []
+
+    def callers(signum, frame):
+        seen.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, callers)
+    try:
+        run = run_main("judge_run", "--log", "/nonexistent/engine.log", "--json", expect_json=True)
+        assert run.returncode != 0 and run.document["schema"] == "error.v1"
+        assert signal.getsignal(signal.SIGTERM) is callers
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_own_output_failing_its_schema_is_an_internal_error():

@@ -131,11 +131,22 @@ def _serialised(document: dict) -> str:
 
 def run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Result],
         self_tests: Callable[[], list[selftest.Check]], argv: Sequence[str] | None = None) -> int:
-    """Parse, dispatch, validate the document, print it; every failure becomes an error.v1 document."""
+    """Parse, dispatch, validate the document, print it; every failure becomes an error.v1 document. SIGTERM acts as
+    Ctrl-C while the command runs; the caller's handler is back afterwards (a test that runs ``main`` in-process, and
+    whatever it forks later, keeps its own)."""
+    if not _is_main_thread():
+        return _run(tool, parser, handler, self_tests, argv)
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        return _run(tool, parser, handler, self_tests, argv)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _run(tool: str, parser: Parser, handler: Callable[[argparse.Namespace], Result],
+         self_tests: Callable[[], list[selftest.Check]], argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
-    if _is_main_thread():
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", False))
