@@ -45,7 +45,7 @@ def test_cold_aa_campaign_is_valid_with_identical_outputs(tmp_path):
         assert [p for p in adapter["applied"] if p in sgl_cpu_adapter.GAPS] == FLUX_GAPS_0510
         assert all(c["perf"]["memory_kind"] == "process_rss" for c in cells)
     else:  # 0.5.23: only the b0 gap (and the forked worker), and the engine records no memory on CPU
-        assert adapter["active"] and adapter["applied"] == ["b0", "fork"] and adapter["memory_source"] is None
+        assert adapter["active"] and adapter["applied"] == ["b0", "fork", "gc"] and adapter["memory_source"] is None
         assert all(c["perf"]["peak_memory_mb"] is None and c["perf"]["memory_kind"] is None for c in cells)
     assert doc["summary"]["comparison"]["verdict"] in (
         "improved", "regressed", "no_significant_change", "insufficient_data")

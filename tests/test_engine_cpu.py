@@ -14,6 +14,7 @@ import pytest
 from conftest import TEST_FIXTURES
 from engine_release import FLUX_GAPS_0510, OLDER_RELEASE, expects
 from sgl_diffusion_bench.engine import engine_process, tiny_model
+from sgl_diffusion_bench.engine import adapter_record
 from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
 pytestmark = [pytest.mark.engine, expects(OLDER_RELEASE)]  # 0.5.23: tests/test_engine_cpu_0523.py
@@ -66,7 +67,7 @@ def test_native_run_takes_the_sglang_path_with_the_adapter_in_both_processes(eng
     assert perf["tag"] == "cli_generate" and [step["name"] for step in perf["steps"]] == STAGES
     assert [step["step"] for step in perf["denoise_steps_ms"]] == [0, 1]
     assert perf["memory_checkpoints"]["after_forward"]["peak_reserved_mb"] > 0  # b5: process RSS
-    adapter = sgl_cpu_adapter.summarize(log.splitlines())
+    adapter = adapter_record.summarize(log.splitlines())
     assert len(adapter["pids"]) == 2  # CLI and spawned worker
     assert [p for p in adapter["applied"] if p in sgl_cpu_adapter.GAPS] == FLUX_GAPS_0510
     assert adapter["memory_source"] == "process_rss"
@@ -87,7 +88,7 @@ def test_runner_stops_on_the_real_fallback_line_within_seconds(engine):
     assert "Could not resolve native configuration for model" in run.stop_line
     assert run.wall_s - run.stopped_after_s < engine_process.STOP_GRACE_S + 1
     log = run.log_path.read_text()
-    assert len(sgl_cpu_adapter.summarize(log.splitlines())["pids"]) == 1  # no worker was spawned
+    assert len(adapter_record.summarize(log.splitlines())["pids"]) == 1  # no worker was spawned
     assert "Pipeline instantiated" not in log and log.splitlines()[-1].startswith("[run_engine] stopped after")
     assert run.returncode != 0 and not (run_dir / "out.png").exists() and not (run_dir / "perf.json").exists()
 

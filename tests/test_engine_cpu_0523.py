@@ -9,7 +9,7 @@ import json
 
 from conftest import TEST_FIXTURES
 from sgl_diffusion_bench.judging import log_gates, log_markers, perf_dump
-from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine import adapter_record
 
 RECORDED = TEST_FIXTURES / "engine-cpu-0.5.23"
 STAGES = ["InputValidationStage", "TextEncodingStage", "LatentPreparationStage", "TimestepPreparationStage",
@@ -17,7 +17,7 @@ STAGES = ["InputValidationStage", "TextEncodingStage", "LatentPreparationStage",
 
 
 def test_recorded_native_run_applied_only_b0_in_both_processes():
-    adapter = sgl_cpu_adapter.summarize((RECORDED / "native-ok" / "log.txt").read_text().splitlines())
+    adapter = adapter_record.summarize((RECORDED / "native-ok" / "log.txt").read_text().splitlines())
     assert adapter["active"] and adapter["applied"] == ["b0"] and len(adapter["pids"]) == 2
     assert [n["id"] for n in adapter["not_needed"]] == ["b1", "b2", "b2a", "b3", "b4", "b5", "b6"]
     assert adapter["memory_source"] is None  # no torch.cpu memory stand-in was asked for

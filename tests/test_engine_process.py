@@ -19,6 +19,7 @@ import pytest
 from conftest import HF_TOKEN_CANARY
 from sgl_diffusion_bench import contract
 from sgl_diffusion_bench.engine import engine_process
+from sgl_diffusion_bench.engine import adapter_record
 from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
 
 PY = sys.executable
@@ -201,7 +202,7 @@ def test_summarize_keeps_applied_and_not_needed_patches_apart():
              "Loaded vae: AutoencoderKL (sgl-diffusion version)",
              "[sgl-cpu-adapter] active (pid 8): checking b0,b2,b2a,b3,b4,b5; absent: b1,b6; disabled: b3",
              "[sgl-cpu-adapter] b5 applied (pid 8): the engine asked torch.cpu for reset_peak_memory_stats"]
-    summary = sgl_cpu_adapter.summarize(lines)
+    summary = adapter_record.summarize(lines)
     assert summary["active"] and summary["pids"] == [7, 8] and summary["disabled"] == ["b3"]
     assert summary["applied"] == ["b0", "b5"] and summary["memory_source"] == "process_rss"
     not_needed = {n["id"]: n["reason"] for n in summary["not_needed"]}
@@ -209,8 +210,8 @@ def test_summarize_keeps_applied_and_not_needed_patches_apart():
     assert not_needed["b2"] == "CpuPlatform defines get_local_torch_device itself"
     assert not_needed["b1"] == not_needed["b6"] == "the module it hooks is absent from this engine"
     assert "init_process_group" in not_needed["b4"]
-    assert sgl_cpu_adapter.summarize(["Loaded vae"]) is None
-    inactive = sgl_cpu_adapter.summarize(["[sgl-cpu-adapter] inactive: accelerator_present (pid 9)"])
+    assert adapter_record.summarize(["Loaded vae"]) is None
+    inactive = adapter_record.summarize(["[sgl-cpu-adapter] inactive: accelerator_present (pid 9)"])
     assert inactive["active"] is False and inactive["applied"] == inactive["not_needed"] == []
 
 
@@ -220,11 +221,11 @@ def test_summarize_counts_the_forked_worker_and_ignores_patches_an_older_log_nev
               "[sgl-cpu-adapter] b0 applied (pid 7): torchvision's C ops did not load",
               "[sgl-cpu-adapter] fork applied (pid 7): the scheduler worker forks from this process",
               f"[sgl-cpu-adapter] active (pid 8): {checking}"]
-    summary = sgl_cpu_adapter.summarize(forked)
+    summary = adapter_record.summarize(forked)
     assert summary["applied"] == ["b0", "fork"] and summary["pids"] == [7, 8]
-    unstarted = sgl_cpu_adapter.summarize(forked[:2])
+    unstarted = adapter_record.summarize(forked[:2])
     assert {n["id"]: n["reason"] for n in unstarted["not_needed"]}["fork"] == "the engine started no scheduler worker"
-    older = sgl_cpu_adapter.summarize([line.replace(",fork", "") for line in forked[:2]])
+    older = adapter_record.summarize([line.replace(",fork", "") for line in forked[:2]])
     assert "fork" not in [n["id"] for n in older["not_needed"]] and older["applied"] == ["b0"]
 
 
@@ -247,6 +248,33 @@ def test_adapter_is_lazy_and_chains_an_existing_sitecustomize(tmp_path):
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("disabled", [[], ["gc"]], ids=["gc-on", "gc-switched-off"])
+def test_the_collector_is_off_while_the_engine_imports_and_on_with_the_import_frozen_after(tmp_path, disabled):
+    """The gc patch around an entry module of the engine's name (a stand-in package ahead of the real sglang): off
+    while it executes, on and frozen once it has loaded, said once; with its switch off the collector is left alone."""
+    cli = tmp_path.joinpath("sglang", "multimodal_gen", "runtime", "entrypoints", "cli")
+    cli.mkdir(parents=True)
+    for package in (cli, *list(cli.parents)[:4]):
+        package.joinpath("__init__.py").write_text("")
+    cli.joinpath("generate.py").write_text("import gc\nCOLLECTING_DURING_IMPORT = gc.isenabled()\n")
+    env = engine_process.cpu_adapter_env(dict(os.environ), disabled)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(tmp_path)])
+    proc = run_python("""
+        import gc
+        print(gc.isenabled())
+        from sglang.multimodal_gen.runtime.entrypoints.cli import generate
+        print(generate.COLLECTING_DURING_IMPORT, gc.isenabled(), gc.get_freeze_count() > 0)
+    """, env)
+    assert proc.returncode == 0, proc.stderr
+    summary = adapter_record.summarize(proc.stderr.splitlines())
+    if disabled:
+        assert proc.stdout.split() == ["True", "True", "True", "False"] and summary is None  # no hook on this module
+    else:
+        assert proc.stdout.split() == ["False", "False", "True", "True"] and summary["applied"] == ["gc"]
+        assert "the garbage collector was off while sglang imported" in summary["reasons"]["gc"]
+
+
+@pytest.mark.torch
 def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
     """A real post-import hook: torchvision (a CUDA wheel here) imports beside CPU torch only with b0 on."""
     probe = "import torchvision.ops, torch; print(torch.cpu.is_available())"
@@ -255,7 +283,7 @@ def test_adapter_b0_lets_torchvision_import_and_its_switch_turns_it_off():
     if unpatched.returncode == 0:
         pytest.skip("torchvision's own C ops load here: b0 has nothing to fix")
     assert patched.returncode == 0, patched.stderr[-2000:]
-    summary = sgl_cpu_adapter.summarize(patched.stderr.splitlines())
+    summary = adapter_record.summarize(patched.stderr.splitlines())
     assert summary["active"] and summary["applied"] == ["b0"] and summary["memory_source"] is None
     assert "operator torchvision::nms does not exist" in unpatched.stderr
 
@@ -272,7 +300,7 @@ def test_adapter_stays_inactive_when_torch_sees_an_accelerator():
         except RuntimeError as error:
             print("torchvision::nms does not exist" in str(error))  # b0 was not applied
     """, engine_process.cpu_adapter_env(dict(os.environ)))
-    announced = [a for a in map(sgl_cpu_adapter.parse_line, proc.stderr.splitlines()) if a]
+    announced = [a for a in map(adapter_record.parse_line, proc.stderr.splitlines()) if a]
     assert [(a["kind"], a["active"]) for a in announced] == [("process", False)]
     assert proc.stdout.split() == ["True"], proc.stderr[-2000:]
 
@@ -299,7 +327,7 @@ def test_adapter_checks_each_gap_in_the_installed_engine():
     assert proc.returncode == 0, proc.stderr[-3000:]
     words = proc.stdout.split()
     assert words[0] == "cpu" and words[4:] == ["True", "AttributeError"]
-    outcomes = {p["patch"]: p["outcome"] for p in map(sgl_cpu_adapter.parse_line, proc.stderr.splitlines())
+    outcomes = {p["patch"]: p["outcome"] for p in map(adapter_record.parse_line, proc.stderr.splitlines())
                 if p and p["kind"] == "patch"}
     for patch, own in zip(("b2", "b2a", "b3"), words[1:4], strict=True):  # the engine's own method, or the base class's
         assert outcomes[patch] == ("not-needed" if own == "True" else "applied"), (patch, proc.stderr[-2000:])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 pytestmark = [pytest.mark.engine, expects(DEFAULT_RELEASE, OLDER_RELEASE)]
 # the adapter's patches a Wan run applies; b0 too where the engine did not start in the probe's process
-WAN_PATCHES = {"b7", "fork"} if INSTALLED == DEFAULT_RELEASE else {*FLUX_GAPS_0510, "fork"}
+WAN_PATCHES = {"b7", "fork", "gc"} if INSTALLED == DEFAULT_RELEASE else {*FLUX_GAPS_0510, "fork", "gc"}
 
 
 @pytest.fixture(scope="module")

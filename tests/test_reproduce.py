@@ -17,7 +17,7 @@ import pytest
 from conftest import run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED
 from sgl_diffusion_bench.campaign import run_record
-from sgl_diffusion_bench.engine.inside.cpu_adapter import sgl_cpu_adapter
+from sgl_diffusion_bench.engine import adapter_record
 from test_engine_cpu_0523 import STAGES
 
 pytestmark = pytest.mark.engine
@@ -49,8 +49,8 @@ def test_the_reproduce_block_reruns_the_cell(tmp_path):
     if INSTALLED == DEFAULT_RELEASE:
         log = rerun.stdout + rerun.stderr
         assert "Loaded transformer: FluxTransformer2DModel (sgl-diffusion version)" in log
-        adapter = sgl_cpu_adapter.summarize(log.splitlines())
-        assert adapter["applied"] == ["b0", "fork"] and len(adapter["pids"]) == 2  # the CLI and its forked scheduler
+        adapter = adapter_record.summarize(log.splitlines())
+        assert adapter["applied"] == ["b0", "fork", "gc"] and len(adapter["pids"]) == 2  # the CLI, its forked worker
         assert [s["name"] for s in dump["steps"] if "." not in s["name"]] == STAGES
         assert dump["memory_checkpoints"] == {}
 

@@ -30,6 +30,7 @@ from . import request_setup, warm_grouping
 from ..judging import engine_args, host_load, log_gates, output_check, request_path
 from .campaign_context import CampaignContext
 from ..judging.cell import Cell
+from ..engine import adapter_record
 from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 from .engine_starts import engines_block, EngineStart
 
@@ -182,7 +183,7 @@ class WarmCampaign:
         if sgl_cpu_adapter.TAG not in line:
             return
         start.adapter_lines.append(line)
-        adapter = sgl_cpu_adapter.summarize(start.adapter_lines)
+        adapter = adapter_record.summarize(start.adapter_lines)
         if adapter is not None:
             self.adapter = adapter
 

@@ -19,6 +19,7 @@ import dataclasses
 import re
 from typing import Iterable
 
+from ..engine import adapter_record
 from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 
 DEVICE = "device"
@@ -77,7 +78,7 @@ def evidence_of(lines: Iterable[str]) -> MemoryEvidence:
 def _stands_in(line: str) -> bool:
     if sgl_cpu_adapter.TAG not in line:
         return False
-    parsed = sgl_cpu_adapter.parse_line(line)
+    parsed = adapter_record.parse_line(line)
     if parsed is not None:
         return parsed["kind"] == "patch" and parsed["patch"] == MEMORY_PATCH and parsed["outcome"] == "applied"
     legacy = _LEGACY_ACTIVE.search(line)
@@ -87,7 +88,7 @@ def _stands_in(line: str) -> bool:
 
 def _names_accelerator(line: str) -> bool:
     if sgl_cpu_adapter.TAG in line:
-        parsed = sgl_cpu_adapter.parse_line(line)
+        parsed = adapter_record.parse_line(line)
         return parsed is not None and parsed["kind"] == "process" and not parsed["active"]
     match = _ENGINE_DEVICE.search(line)
     return bool(match) and match["device"] != "cpu"

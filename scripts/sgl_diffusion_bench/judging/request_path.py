@@ -13,6 +13,7 @@ from .. import contract, fileio, progress
 from ..engine import engine_process
 from . import host_load, log_gates, media, memory_evidence, output_check, perf_dump, validity
 from .cell import Cell
+from ..engine import adapter_record
 from ..engine.inside.cpu_adapter import sgl_cpu_adapter
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +193,7 @@ def run_cold(cell: Cell, *, argv: Sequence[str], env: dict[str, str], run_dir: P
     def boundary() -> Boundary:
         return Boundary(foreign_check is not None, before, after, host_before(), host_after[0]())
 
-    adapter = sgl_cpu_adapter.summarize(adapter_lines)
+    adapter = adapter_record.summarize(adapter_lines)
     finish_cell(cell, verdict=gate.verdict(), returncode=run.returncode, stop_reason=run.stop_reason,
                 stop_line=run.stop_line, stopped_after_s=run.stopped_after_s, wall_s=run.wall_s,
                 perf_dump_path=perf_dump_path, output_dir=output_dir, output_stem=output_stem, task=task,
