@@ -290,7 +290,8 @@ HOOKS: list[tuple[str, str, str, Callable[[Any, Any], None]]] = [
     ("sglang.multimodal_gen.runtime.layers.layernorm", "post", "b7", _lazy_norm_layers),
     ("sglang.multimodal_gen.runtime.launch_server", "post", "fork", lambda hooks, module: _fork_workers(module, hooks)),
     *[(f"sglang.multimodal_gen.runtime.{name}", "post", "gc", lambda hooks, module: _resume_gc())
-      for name in ("entrypoints.cli.generate", "entrypoints.cli.serve", "launch_server")],
+      for name in ("entrypoints.cli.generate", "entrypoints.cli.serve", "launch_server",
+                   "managers.worker_bootstrap", "managers.gpu_worker")],  # a spawned worker's module: 0.5.23, 0.5.10
 ]
 
 
