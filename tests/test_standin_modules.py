@@ -15,14 +15,14 @@ from sgl_diffusion_bench.results import report
 H200 = TEST_FIXTURES / "gpu-h200-0.5.23"
 MARKERS = log_markers.markers_for_version("0.5.23")
 HARNESS_STANDINS = ("av", "imageio_ffmpeg", "sgl_kernel")
-# The GPU fixtures (tests/fixtures/<family>/<entry>) recorded before the engine's own sglang-kernel could run on the
-# lent machines (its wheel needs torch 2.14.1; the machines carry 2.11): every one ran on stand-ins. A fixture kept
-# after that must have none.
+# The GPU fixtures (tests/fixtures/<family>/<entry>) recorded while the engine's own sglang-kernel cannot run on the
+# lent machines (its wheel needs torch 2.14.1; the machines carry 2.11): every one ran on stand-ins, each is declared
+# in its README. A fixture kept once it can must have none.
 STANDIN_ERA = {"gpu-h200-0.5.10/cell-a-r01p01.engine.log", "gpu-h200-0.5.10/profile.engine.log",
                *(f"gpu-h200-0.5.23/{name}" for name in (
                    "bcg-capture-failed", "campaign", "direct-pair", "evidence-at-launch", "evidence-at-launch-run.err",
                    "evidence-at-launch-verified", "evidence-folder", "evidence-run.err", "profile-pair",
-                   "reference-at-launch", "reference-same-boot", "serving", "warm-vs-cold"))}
+                   "reference-at-launch", "reference-same-boot", "serving", "warm-vs-cold", "wan-t2v-no-cutlass"))}
 
 
 def _standins(path: Path) -> tuple[str, ...]:
