@@ -2,9 +2,10 @@
 `sglang generate` runs natively without a GPU.
 
 Loaded by the sibling ``sitecustomize.py`` in every process that has this directory on PYTHONPATH (the CLI and the
-spawned worker alike). It only registers post-import hooks; nothing is patched, and torch is not imported, until one
-of the named modules is imported. The first hook to fire decides once per process: with an accelerator present it
-does nothing; without one it says which patches it will check, and each patch then checks its gap when its module
+spawned worker alike). It registers import hooks and turns the garbage collector off (patch gc, below); nothing is
+patched, and torch is not imported, until one of the named modules is imported. The first hook to fire decides once
+per process: with an accelerator present it turns the collector back on and does nothing else; without one it says
+which patches it will check, and each patch then checks its gap when its module
 loads (or when the engine first reaches for the missing API) and says what it did, one line each on stderr:
 
     [sgl-cpu-adapter] active (pid 123): checking b0,b2,b2a,b3,b4,b5; absent: b1,b6; disabled: none
