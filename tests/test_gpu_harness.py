@@ -6,6 +6,7 @@ Checked in a fresh interpreter with the harness on PYTHONPATH, as the engine's p
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -180,3 +181,35 @@ def test_harness_runs_from_a_private_copy_and_make_carry_names_the_sglang_platfo
     assert "R=$SRC" in run
     carry = (HARNESS / "make_carry.sh").read_text()
     assert "manylinux_2_34_x86_64" in carry and "sha256sum -c" in carry and "wheels-0.5.23.sha256" in carry
+
+
+@pytest.mark.torch
+def test_without_cutlass_the_cutedsl_rope_module_is_a_stand_in_declining_every_tensor_and_named_in_the_log():
+    """sglang 0.5.23's Wan blocks import the CuTe-DSL q/k norm-RoPE kernel's module on CUDA; without nvidia-cutlass-dsl
+    that import fails and the engine falls back to diffusers' Wan. The harness serves a stand-in with every name the
+    engine's kernel table maps to that module; it declines every tensor, and the log gate names it."""
+    code = """
+import json, torch
+import sglang.kernels.ops.diffusion as ops
+from sglang.kernels.ops.diffusion import can_use_fused_rmsnorm_interleaved_rope as can_use
+names = sorted(n for n, m in ops._EXPORTS.items() if m == "rope.rmsnorm_interleaved_rope_cutedsl")
+module = __import__("sglang.kernels.ops.diffusion.rope.rmsnorm_interleaved_rope_cutedsl", fromlist=["x"])
+x = torch.zeros(4, 64)
+print(json.dumps({"file": module.__file__, "names": names, "missing": [n for n in names if not hasattr(module, n)],
+                  "can_use": can_use(x, torch.ones(64), torch.zeros(4, 16), 16)}))
+"""
+    assert importlib.util.find_spec("cutlass") is None  # as on the lent machine
+    from sgl_diffusion_bench.engine import engine_process
+    env = engine_process.cpu_adapter_env(dict(os.environ))  # sglang imports on CPU here with the adapter's b0
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), env["PYTHONPATH"]])  # the harness first, chaining the adapter
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(run.stdout)
+    assert doc["file"] == str(HARNESS / "standins" / "no_cutedsl_rmsnorm_rope.py") and doc["can_use"] is False
+    assert len(doc["names"]) == 4 and doc["missing"] == []
+    from sgl_diffusion_bench.judging import log_gates, log_markers
+    assert log_gates.scan_log(run.stderr, log_markers.markers_for_version("0.5.23")).standin_modules == ("cutlass",)
+    env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep, 1)[1]  # the adapter alone
+    plain = subprocess.run([sys.executable, "-c", "import sglang.kernels.ops.diffusion.rope."
+                            "rmsnorm_interleaved_rope_cutedsl"], capture_output=True, text=True, env=env, timeout=120)
+    assert plain.returncode == 1 and "ModuleNotFoundError" in plain.stderr  # the real module, without the harness

@@ -27,7 +27,7 @@ def test_catalog_holds_the_reference_presets_in_order_then_ours():
     assert names[:13] == [*NIGHTLY_ORDER[:10], "cosmos3-super-t2v-cfg2tp2", *NIGHTLY_ORDER[10:]]
     assert names[13] == "fasth3-t2va-vsa" and names[77] == "hunyuan3d-shape" and names[78] == "flux-1gpu"
     assert names[79:] == ["tiny-flux-cpu", "tiny-flux-gpu", "tiny-wan-t2v-cpu", "tiny-wan-t2v-gpu",  # then local models
-                          "tiny-wan-i2v-cpu", "tiny-wan-i2v-gpu"]
+                          "tiny-wan-i2v-cpu", "tiny-wan-i2v-gpu", "tiny-flux2-edit-cpu", "tiny-flux2-edit-gpu"]
     assert [p.name for p in catalog if p.nightly_case_id] == NIGHTLY_ORDER
 
 
@@ -114,8 +114,8 @@ def test_filters():
     assert edits and all(p.task == "edit" for p in edits)
     assert {p.name for p in presets.filter_presets(catalog, tags=["gated"])} == {
         "flux", "flux2", "flux2-klein", "flux2-klein-base", "stable-diffusion-3.5-medium", "flux-1gpu"}
-    assert [p.name for p in presets.filter_presets(catalog, tags=["cpu"])] == ["tiny-flux-cpu", "tiny-wan-t2v-cpu",
-                                                                              "tiny-wan-i2v-cpu"]
+    assert [p.name for p in presets.filter_presets(catalog, tags=["cpu"])] == [
+        "tiny-flux-cpu", "tiny-wan-t2v-cpu", "tiny-wan-i2v-cpu", "tiny-flux2-edit-cpu"]
 
 
 def test_render_preset_table_lists_every_preset():

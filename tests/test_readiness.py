@@ -147,3 +147,12 @@ def test_any_hf_endpoint_is_refused_up_front_or_asked_within_the_deadline(endpoi
     hub = readiness.hub_reachability(environ, 1.0)
     assert time.monotonic() - started < 5
     assert hub["checked"] and isinstance(hub["reachable"], bool) and (hub["reachable"] or hub["error"])
+
+
+def test_an_input_image_the_bundle_ships_is_ready_in_an_empty_work_folder_and_a_hub_one_is_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIFFUSION_BENCH_WORKDIR", str(tmp_path))  # no assets there yet
+    bundled = readiness.assets_check(presets.get_preset("tiny-flux2-edit-cpu"))
+    assert bundled["ok"] and "installed from the bundle when a run starts" in bundled["reason"]
+    assert not (tmp_path / "inputs").exists()  # a check installs nothing
+    hub = readiness.assets_check(presets.get_preset("qwen-edit"))
+    assert not hub["ok"] and "--fetch-assets" in hub["reason"]

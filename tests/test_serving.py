@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, assert_announced_and_summarised, run_main, run_script
+from engine_release import DEFAULT_RELEASE, INSTALLED
 from sgl_diffusion_bench import contract, work_dirs
-from sgl_diffusion_bench.engine import engine_process
+from sgl_diffusion_bench.engine import engine_process, tiny_model
 from sgl_diffusion_bench.serving import metrics
 from sgl_diffusion_bench.engine.warm_engine import process_group_members
 
@@ -323,6 +324,11 @@ VIDEO_MANIFEST = [  # two shapes and two frame counts of the tiny Wan
      "num_inference_steps": 2, "seed": 42},
     {"request_id": "video-64x32-9f", "prompt": "a boat at sea", "width": 64, "height": 32, "num_frames": 9,
      "num_inference_steps": 2, "seed": 7}]
+EDIT_MANIFEST = [  # two sizes of the tiny FLUX.2 Klein's edit of the bundled image
+    {"request_id": "edit-64", "prompt": "make the disc red", "width": 64, "height": 64, "num_inference_steps": 2,
+     "seed": 42},
+    {"request_id": "edit-96x64", "prompt": "make the disc blue", "width": 96, "height": 64, "num_inference_steps": 2,
+     "seed": 7}]
 
 
 @pytest.mark.engine
@@ -369,11 +375,38 @@ def test_an_image_to_video_preset_uploads_its_input_image_with_every_job(tmp_pat
         assert len(re.findall(r"image_path: \S+/inputs/uploads/\S+_tiny_input_64\.png", log)) == 3
 
 
-def test_a_preset_whose_requests_are_not_text_or_image_to_video_is_refused_before_anything_starts():
-    run = run_main("bench_diffusion_serving", "--model", "qwen-edit", "--request-rate", "1", "--json")
+def test_a_preset_whose_requests_are_not_images_edits_or_videos_is_refused_before_anything_starts():
+    run = run_main("bench_diffusion_serving", "--model", "hunyuan3d-shape", "--request-rate", "1", "--json")
     error = run.document["error"]
     assert run.returncode == 2 and error["code"] == "serving.task_unsupported"
-    assert "edit preset" in error["message"] and "bench_diffusion_denoise" in error["hint"]
+    assert "3d preset" in error["message"] and "bench_diffusion_denoise" in error["hint"]
+
+
+@pytest.mark.engine
+@pytest.mark.torch
+def test_an_edit_preset_uploads_its_input_image_to_the_edits_endpoint_with_every_request(tmp_path):
+    # two sizes from a request manifest; 0.5.10.post1 ships no manifest parser: the preset's one request there
+    manifest = tmp_path / "edits.jsonl"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in EDIT_MANIFEST))
+    given = ["--requests-file", str(manifest)] if INSTALLED == DEFAULT_RELEASE else []
+    shapes = ["64x64@2steps", "96x64@2steps"] if given else ["64x64@2steps"]
+    env = {"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work"), tiny_model.CACHE_ENV: str(tiny_model.default_cache_dir())}
+    run = run_script("bench_diffusion_serving", "--model", "tiny-flux2-edit-cpu", "--concurrency", "1", "--requests",
+                     "2", *given, "--output-dir", str(tmp_path / "out"), "--json", timeout=900, env=env)
+    doc = run.document
+    assert run.returncode == 0 and doc["status"] == "valid", run.stderr[-3000:]
+    image = tmp_path / "work" / "inputs" / "diffusion_benchmark" / "figs" / "tiny_input_64.png"
+    assert doc["settings"]["endpoint"] == "/v1/images/edits" and doc["settings"]["input_image"] == str(image)
+    (point,) = doc["load_points"]
+    assert [s["shape"] for s in point["shapes"]] == shapes
+    requests = [r for b in point["blocks"] for r in b["requests"]]
+    assert all(r["success"] and r["output_sha256"] for r in requests) and doc["outputs_identical"]
+    assert len({r["output_sha256"] for r in requests}) == len(shapes)  # one edit per size, the same in every block
+    for arm in ("A", "B"):  # the engine read the uploaded copy of the image for every request, warm-ups included
+        log = (tmp_path / "out" / f"server-{arm.lower()}" / "server.log").read_text()
+        uploads = re.findall(r"image_path: \['(?:\S+/)?inputs/uploads/\S+_tiny_input_64\.png'\]", log)
+        sent = sum(len(b["requests"]) for b in point["blocks"] if b["arm"] == arm)
+        assert len(uploads) == sent + len(shapes), log[-3000:]  # a warm-up of each shape
 
 
 def test_a_video_request_carries_its_frames_in_its_shape_and_its_job_body():

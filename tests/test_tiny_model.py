@@ -122,7 +122,7 @@ def test_an_unknown_local_model_is_refused_naming_those_there_are():
     with pytest.raises(contract.InputError, match="no builder for local model 'tiny-sdxl'") as refused:
         tiny_model.local_model_path("tiny-sdxl", build=False)
     assert refused.value.code == "input.unknown_local_model"
-    assert refused.value.hint == "use local_model: tiny-flux or tiny-wan-t2v or tiny-wan-i2v"
+    assert refused.value.hint == "use local_model: tiny-flux or tiny-wan-t2v or tiny-wan-i2v or tiny-flux2-klein"
 
 
 def test_the_tiny_wan_i2v_conditions_on_an_image_as_the_published_checkpoints_do(tmp_path):
@@ -138,3 +138,22 @@ def test_the_tiny_wan_i2v_conditions_on_an_image_as_the_published_checkpoints_do
     # the prefix once, whichever transformers saved it (5.19 drops it, 5.3 keeps it)
     assert all(n.startswith("vision_model.") and not n.startswith("vision_model.vision_model.") for n in names)
     assert sum(p.stat().st_size for p in i2v.rglob("*") if p.is_file()) < 2_000_000
+
+
+def test_the_tiny_flux2_klein_feeds_its_transformer_three_of_its_encoders_hidden_states(tmp_path):
+    klein = tiny_model.ensure_local_model("tiny-flux2-klein", tmp_path)
+    assert klein.name == "tiny-FLUX.2-klein-4B"  # the name the engine resolves to its Klein config
+    index = json.loads((klein / "model_index.json").read_text())
+    assert index["_class_name"] == "Flux2KleinPipeline" and index["text_encoder"][1] == "Qwen3ForCausalLM"
+    load = lambda part: json.loads((klein / part / "config.json").read_text())  # noqa: E731
+    encoder, dit, vae = load("text_encoder"), load("transformer"), load("vae")
+    # the engine stacks the hidden states after layers 9, 18 and 27 into the transformer's text input
+    assert encoder["num_hidden_layers"] > 27 and dit["joint_attention_dim"] == 3 * encoder["hidden_size"]
+    assert dit["in_channels"] == 4 * vae["latent_channels"] and not dit["guidance_embeds"]
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(klein / "tokenizer")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "a cat"}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=False)
+    assert text == "<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tokenizer("a cat")["input_ids"][-1] == tokenizer.convert_tokens_to_ids("cat")  # a learned merge
+    assert sum(p.stat().st_size for p in klein.rglob("*") if p.is_file()) < 2_000_000

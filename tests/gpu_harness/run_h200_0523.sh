@@ -5,9 +5,9 @@
 # wheels-0.5.23.sha256):
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh start   # sets up, starts the pipeline in its own session, holds
 #   OUT=... bash tests/gpu_harness/run_h200_0523.sh hold    # next call, while the machine is warm: holds, collects
-# PARTS="evidence campaign profile reference replay warmcold serving video" (default: all but evidence, serving and video)
-# picks what the pipeline runs after the set-up; `serving` is tests/gpu_harness/serving_part.sh (eager vs BCG served,
-# ~5 min); `video` alone builds no FLUX model.
+# PARTS="evidence campaign profile reference replay warmcold serving video edit" (default: all but evidence, serving,
+# video and edit) picks what the pipeline runs after the set-up; `serving` is tests/gpu_harness/serving_part.sh (eager
+# vs BCG served, ~5 min); `video` and `edit` alone build no FLUX.1 model.
 # The pipeline outlives a call (setsid) while the machine stays held; each call collects what exists into $OUT.
 set -u
 : "${OUT:?set OUT to the folder that comes back}"
@@ -51,7 +51,7 @@ pipeline() {
         python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
         python3 -m pip list 2>/dev/null | grep -i -E '^(sglang|diffusers|transformers|tokenizers|apache-tvm-ffi|torch|triton|nvidia-ml-py|flash.attn.*|sgl.kernel) '
     } >"$EV/machine.txt" 2>&1
-    flux_parts=$(echo " ${PARTS:-campaign profile reference replay warmcold} " | sed 's/ video / /g' | tr -d ' ')
+    flux_parts=$(echo " ${PARTS:-campaign profile reference replay warmcold} " | sed 's/ video / /g; s/ edit / /g' | tr -d ' ')
     [ -n "$flux_parts" ] && step tiny 300 python3 -c 'import json; from sgl_diffusion_bench.engine.tiny_model import ensure_local_model; print(json.dumps(str(ensure_local_model())))'
     tiny=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])))' "$EV/tiny.json" 2>/dev/null)
     [ -z "$flux_parts" ] || [ -f "$MODEL/model_index.json" ] || step build 300 python3 tests/gpu_harness/build_flux_dev_shaped.py "$MODEL" "$tiny"
@@ -107,7 +107,15 @@ pipeline() {
             --engine warm --label h200i2v --output-dir /tmp/i2v --cell-timeout-s 500 --report --json \
             "--extra-args=--attention-backend torch_sdpa"
     fi
-    # 8. the reference skill's own script, same model and request, A/B/B/A x 1 (one cold process per row); last, as the
+    # 8. the tiny random FLUX.2 Klein, built here by the tools as on CPU: the image-edit evidence path (the bundled
+    # input image through the VAE encoder in every cell, a profile of each arm, the trace analysis, verify)
+    if has edit; then
+        step edit-evidence 900 python3 scripts/collect_pr_evidence.py run --out /tmp/edit-evidence \
+            --model tiny-flux2-edit-gpu --candidate-args "--log-level info" --budget-requests 8 --json \
+            "--extra-args=--attention-backend torch_sdpa"
+        step edit-evidence-verify 300 python3 scripts/collect_pr_evidence.py verify /tmp/edit-evidence --json
+    fi
+    # 9. the reference skill's own script, same model and request, A/B/B/A x 1 (one cold process per row); last, as the
     # longest part (REF_ROWS runs fewer rows)
     stamp reference.start
     for row in $(has reference && echo ${REF_ROWS:-a1:eager b1:bcg b2:bcg a2:eager}); do  # REF_ROWS: fewer rows
@@ -123,8 +131,8 @@ collect() {
     nvidia-smi >"$EV/nvidia-smi-now.txt" 2>&1
     ( cd /tmp && tar czf "$OUT/ev.tgz" --exclude='*.safetensors' --exclude='*.png' ev \
         $(ls -d bench prof ref replay mc aa serving 2>/dev/null) 2>/dev/null )
-    # the video parts' folders whole (tiny outputs and traces)
-    ( cd /tmp && tar czf "$OUT/video.tgz" $(ls -d video-evidence i2v 2>/dev/null) 2>/dev/null )
+    # the video and edit parts' folders whole (tiny outputs and traces)
+    ( cd /tmp && tar czf "$OUT/video.tgz" $(ls -d video-evidence i2v edit-evidence 2>/dev/null) 2>/dev/null )
     # the serving part's fixture files (serving-report.json, report.md, the plot, the servers' log excerpts)
     [ -d /tmp/serving ] && bash tests/gpu_harness/serving_part.sh collect "$OUT/serving" "$EV" 2>/dev/null
     # the evidence folder in 15 MB pieces (a file that comes back is at most 16 MiB; the profile's trace alone was 31.6
@@ -145,7 +153,7 @@ hold() {
         && echo still running || echo finished)" >&2
     tail -n 40 "$EV/steps.txt" >&2
     grep -h "^\[cell\|^\[engine\|verdict\|^\[evidence" "$EV"/campaign.err "$EV"/aa-*.err "$EV"/evidence.err \
-        "$EV"/video-evidence.err "$EV"/i2v.err 2>/dev/null \
+        "$EV"/video-evidence.err "$EV"/i2v.err "$EV"/edit-evidence.err 2>/dev/null \
         | tail -30 >&2
     tail -n 12 "$EV/serving.err" 2>/dev/null >&2
     collect

@@ -6,6 +6,8 @@ tools) then gets the out-of-tree adapter described in shared/reference/sglang-gp
 
 - stand-ins for ``sgl_kernel``, ``av`` and ``imageio_ffmpeg``, served only when no real package is importable (a
   finder appended at the END of sys.meta_path, so an installed package always wins);
+- sglang's CuTe-DSL Wan q/k RMSNorm+RoPE module replaced by one that declines every tensor, only when ``cutlass`` is
+  not importable (its import would fail and the engine would load diffusers' Wan transformer instead of its own);
 - the machine image's namespace-only ``sphinx`` directory hidden from imports (a half-imported ``sphinx`` left in
   sys.modules by sglang's platform module breaks scipy.stats later);
 - CUDA_HOME and TVM_FFI_CACHE_DIR defaulted, so sglang's JIT CUDA kernels (apache-tvm-ffi) compile and link.
@@ -24,6 +26,7 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _STANDINS = os.path.join(_HERE, "standins")
 _STANDIN_NAMES = ("sgl_kernel", "av", "imageio_ffmpeg")
+CUTEDSL_MODULE = "sglang.kernels.ops.diffusion.rope.rmsnorm_interleaved_rope_cutedsl"
 TAG = "[gpu-harness]"
 
 
@@ -68,6 +71,21 @@ class _StandIns(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _NoCuteDSL(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path: ``CUTEDSL_MODULE`` served from the stand-in when ``cutlass`` is not importable."""
+
+    logged = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != CUTEDSL_MODULE or importlib.machinery.PathFinder.find_spec("cutlass") is not None:
+            return None
+        standin = os.path.join(_STANDINS, "no_cutedsl_rmsnorm_rope.py")
+        if not self.logged:
+            self.logged = True
+            log(f"no real 'cutlass' importable: using the stand-in {standin} for {CUTEDSL_MODULE}")
+        return importlib.util.spec_from_file_location(fullname, standin)
+
+
 def _cuda_root():
     """A CUDA root whose lib64 holds libcudart.so (sglang's JIT link step uses -L$CUDA_HOME/lib64)."""
     candidates = []
@@ -106,6 +124,7 @@ def _chain_next_sitecustomize() -> None:
 
 
 sys.meta_path.insert(0, _HideNamespaceSphinx())
+sys.meta_path.insert(0, _NoCuteDSL())
 sys.meta_path.append(_StandIns())
 _set_cuda_env()
 _chain_next_sitecustomize()

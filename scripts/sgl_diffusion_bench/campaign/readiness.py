@@ -86,9 +86,15 @@ def engine_check(preset: Preset, caps: EngineCapabilities) -> dict[str, Any]:
 def assets_check(preset: Preset) -> dict[str, Any]:
     if not preset.asset:
         return _check(True, "the preset takes no input image", path=None)
-    path = work_dirs.assets_dir() / assets.filenames()[preset.asset]
-    return _check(path.is_file(), f"input {path} is present" if path.is_file() else
-                  f"input {path} is missing: run bench_diffusion_denoise.py --fetch-assets --json", path=str(path))
+    asset = next(a for a in assets.load_manifest() if a.id == preset.asset)
+    path = work_dirs.assets_dir() / asset.filename
+    if path.is_file():
+        return _check(True, f"input {path} is present", path=str(path))
+    if asset.source["kind"] == "bundled":  # a run copies it from the bundle (assets.require), no download
+        return _check(True, f"input {path} is installed from the bundle when a run starts ({asset.source_text()})",
+                      path=str(path))
+    return _check(False, f"input {path} is missing: run bench_diffusion_denoise.py --fetch-assets --json",
+                  path=str(path))
 
 
 def model_check(access: model_access.Access, hub: Mapping[str, Any], local_copy: Mapping[str, Any] | None

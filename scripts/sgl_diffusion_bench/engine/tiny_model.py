@@ -1,5 +1,5 @@
-"""Tiny random-weight pipelines in diffusers format (FLUX.1 text-to-image, Wan2.1 text-to-video and image-to-video),
-built locally (no hub), so the real engine runs every kind of model on CPU.
+"""Tiny random-weight pipelines in diffusers format (FLUX.1 text-to-image, Wan2.1 text-to-video and image-to-video,
+FLUX.2 Klein image editing), built locally (no hub), so the real engine runs every kind of model on CPU.
 
 The directory name decides how sglang 0.5.10.post1 resolves it: a basename containing "FLUX.1" resolves to the
 native FLUX.1 config (``tiny-FLUX.1-dev``); any other name (``tinyflux``) does not, which makes ``--backend auto``
@@ -29,7 +29,8 @@ UNRESOLVED_NAME = "tinyflux"
 # local_model -> (directory name the engine resolves natively, builder in this module)
 LOCAL_MODELS = {"tiny-flux": (NATIVE_NAME, "build_tiny_flux"),
                 "tiny-wan-t2v": ("tiny-Wan2.1-T2V-1.3B-Diffusers", "build_tiny_wan_t2v"),
-                "tiny-wan-i2v": ("tiny-Wan2.1-I2V-14B-480P-Diffusers", "build_tiny_wan_i2v")}
+                "tiny-wan-i2v": ("tiny-Wan2.1-I2V-14B-480P-Diffusers", "build_tiny_wan_i2v"),
+                "tiny-flux2-klein": ("tiny-FLUX.2-klein-4B", "build_tiny_flux2_klein")}
 CACHE_ENV = bench_env.TINY_MODEL_DIR
 CLIP_HIDDEN = 32  # == FluxTransformer2DModel.pooled_projection_dim
 T5_D_MODEL = 32  # == FluxTransformer2DModel.joint_attention_dim
@@ -40,6 +41,16 @@ T5_WORDS = ["a", "cat", "dog", "photo", "of", "the", "red", "blue", "on", "in"]
 # FLUX's T5 and Wan's UMT5 text encoders share this shape
 T5_SHAPE = {"d_model": T5_D_MODEL, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
             "feed_forward_proj": "gated-gelu", "relative_attention_num_buckets": 8, "decoder_start_token_id": 0}
+# FLUX.2 Klein's prompt embedding stacks its Qwen3 encoder's hidden states after layers 9, 18 and 27 (the engine's
+# flux2_klein_postprocess_text): the tiny encoder keeps 28 layers, each 16 wide, and the transformer reads 3 x 16.
+QWEN3_HIDDEN, QWEN3_LAYERS = 16, 28
+QWEN3_MERGES = [("c", "a"), ("ca", "t"), ("Ġ", "a")]
+QWEN3_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen3's chat template, cut to what a one-message prompt with thinking off renders
+QWEN3_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+    "not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 # The keys of the published Wan2.1 checkpoints' scheduler_config.json (diffusers 0.33): a newer diffusers adds more
 # (shift_terminal, sigma_min, ...), which sglang 0.5.10.post1's own UniPC scheduler refuses.
 PUBLISHED_WAN_SCHEDULER_KEYS = (
@@ -207,6 +218,47 @@ def build_tiny_flux(out_dir: Path) -> None:
     pipeline = FluxPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
                             text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, transformer=transformer)
     pipeline.save_pretrained(out_dir)
+
+
+def _qwen3_tokenizer():
+    from transformers import Qwen2Tokenizer
+    tokens = _byte_chars() + ["".join(pair) for pair in QWEN3_MERGES]
+    tokenizer = Qwen2Tokenizer(vocab={token: i for i, token in enumerate(tokens)}, merges=list(QWEN3_MERGES),
+                               unk_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=512)
+    tokenizer.add_special_tokens({"additional_special_tokens": QWEN3_SPECIAL})
+    tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_flux2_klein(out_dir: Path) -> None:
+    """A FLUX.2 Klein pipeline (distilled, no guidance embedding): a Qwen3 text encoder, the FLUX.2 transformer and
+    the FLUX.2 VAE (its batch-norm latent statistics). Given an input image, the engine encodes it with the VAE and
+    the transformer attends to its latents beside the noise: an image edit."""
+    import torch
+    from diffusers import (AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline,
+                           Flux2Transformer2DModel)
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = _qwen3_tokenizer()
+    torch.manual_seed(0)
+    text_encoder = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=QWEN3_HIDDEN, intermediate_size=32, num_hidden_layers=QWEN3_LAYERS,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=1024,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id))
+    torch.manual_seed(1)
+    transformer = Flux2Transformer2DModel(
+        patch_size=1, in_channels=4 * LATENT_CHANNELS, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=3 * QWEN3_HIDDEN, timestep_guidance_channels=16,
+        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=False)
+    torch.manual_seed(2)
+    vae = AutoencoderKLFlux2(block_out_channels=(8, 8, 8, 8), layers_per_block=1, latent_channels=LATENT_CHANNELS,
+                             norm_num_groups=4, sample_size=32, use_quant_conv=False, use_post_quant_conv=False)
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=256, base_shift=0.5, max_image_seq_len=4096, max_shift=1.15, shift=3.0,
+        use_dynamic_shifting=True)
+    Flux2KleinPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
+                       transformer=transformer, is_distilled=True).save_pretrained(out_dir)
 
 
 def local_model_path(name: str, build: bool) -> Path:

@@ -29,6 +29,7 @@ from ..engine.request_manifest import RequestSpec
 REQUEST_TIMEOUT_S = 600.0
 ERROR_CHARS = 300
 IMAGES = "/v1/images/generations"
+EDITS = "/v1/images/edits"
 VIDEOS = "/v1/videos"
 VIDEO_POLL_S = 0.05
 
@@ -157,9 +158,21 @@ def _server_figures(result: RequestResult, body: dict[str, Any]) -> None:
             setattr(result, name, float(value))
 
 
-async def _image_request(session: Any, url: str, spec: RequestSpec, result: RequestResult) -> float | None:
-    """One POST whose response holds the images; the latency ends once it is parsed (None: now)."""
-    async with session.post(url, json=spec.payload()) as response:
+def _form(fields: dict[str, Any], file_field: str, image: tuple[str, bytes]) -> Any:
+    """``fields`` as a multipart form, with the input image as the file ``file_field``."""
+    form = _aiohttp().FormData()
+    for name, value in fields.items():
+        form.add_field(name, str(value))
+    form.add_field(file_field, image[1], filename=image[0], content_type="application/octet-stream")
+    return form
+
+
+async def _image_request(session: Any, url: str, spec: RequestSpec, result: RequestResult,
+                         image: tuple[str, bytes] | None = None) -> float | None:
+    """One POST whose response holds the images (an edit: the same fields as a multipart form, with the input
+    image as ``image``); the latency ends once it is parsed (None: now)."""
+    body = {"json": spec.payload()} if image is None else {"data": _form(spec.payload(), "image", image)}
+    async with session.post(url, **body) as response:
         if response.status != 200:
             result.error = await _http_error(response)
             return None
@@ -176,11 +189,7 @@ def _job_body(spec: RequestSpec, image: tuple[str, bytes] | None) -> dict[str, A
     """The job's JSON body, or with an input image the same fields as a multipart form (input_reference: the file)."""
     if image is None:
         return {"json": spec.video_payload()}
-    form = _aiohttp().FormData()
-    for name, value in spec.video_payload().items():
-        form.add_field(name, str(value))
-    form.add_field("input_reference", image[1], filename=image[0], content_type="application/octet-stream")
-    return {"data": form}
+    return {"data": _form(spec.video_payload(), "input_reference", image)}
 
 
 async def _video_job(session: Any, url: str, spec: RequestSpec, result: RequestResult,
@@ -234,8 +243,8 @@ async def _run(base_url: str, trace: Trace, specs: Sequence[RequestSpec], durati
                image: Path | None) -> tuple[list[RequestResult], float]:
     aiohttp = _aiohttp()
     url = base_url + endpoint
-    exchange = _image_request if endpoint == IMAGES else functools.partial(
-        _video_job, image=None if image is None else (image.name, image.read_bytes()))
+    exchange = functools.partial(_video_job if endpoint == VIDEOS else _image_request,
+                                 image=None if image is None else (image.name, image.read_bytes()))
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:

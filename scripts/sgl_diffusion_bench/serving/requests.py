@@ -10,29 +10,33 @@ from typing import Any, Sequence
 from .. import assets, contract, work_dirs
 from ..engine.request_manifest import RequestSpec, SIZE_MULTIPLE
 from ..presets import Preset
-from .load import IMAGES, VIDEOS
+from .load import EDITS, IMAGES, VIDEOS
 
 _SIZE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*$")
-# The tasks a serving run can send, and where, as the engine's bench_serving sends them: an image-to-video job
-# uploads the preset's input image with every request.
-SERVED_TASKS = {"t2i": IMAGES, "t2v": VIDEOS, "i2v": VIDEOS}
+# The tasks a serving run can send, and where, as the engine's bench_serving sends them: an image-to-video job and
+# an image edit upload the preset's input image with every request.
+SERVED_TASKS = {"t2i": IMAGES, "edit": EDITS, "t2v": VIDEOS, "i2v": VIDEOS}
+IMAGE_INPUT_TASKS = frozenset({"edit", "i2v"})
 
 
 def endpoint(preset: Preset) -> str:
-    """Where the preset's requests go: a text-to-image request or a video job; other tasks (an edit, a mesh ...) are
-    refused before anything starts, not sent as images and judged on what comes back."""
-    if preset.task in SERVED_TASKS and (preset.task != "i2v" or preset.asset):
+    """Where the preset's requests go: a text-to-image request, an image edit or a video job; other tasks (a mesh,
+    a video with audio ...) are refused before anything starts, not sent as images and judged on what comes back."""
+    if preset.task in SERVED_TASKS and (preset.task not in IMAGE_INPUT_TASKS or preset.asset):
         return SERVED_TASKS[preset.task]
     raise contract.UsageError(
-        "serving.task_unsupported", f"preset {preset.name!r} is a {preset.task} preset: the serving benchmark sends "
-        "text-to-image requests and text- or image-to-video jobs (the preset's input image) only",
-        f"serve a t2i, t2v or i2v preset, or measure this one offline: bench_diffusion_denoise.py --model "
+        "serving.task_unsupported", f"preset {preset.name!r} is a {preset.task} preset"
+        f"{'' if preset.asset or preset.task not in IMAGE_INPUT_TASKS else ' without an input image'}: the serving "
+        "benchmark sends text-to-image requests, image edits and text- or image-to-video jobs (an edit or an "
+        "image-to-video job uploads the preset's input image) only",
+        f"serve a t2i, edit, t2v or i2v preset, or measure this one offline: bench_diffusion_denoise.py --model "
         f"{preset.name}")
 
 
 def input_image(preset: Preset) -> Path | None:
-    """The image an image-to-video preset's jobs upload: its asset, installed from the bundle where missing."""
-    if preset.task != "i2v":
+    """The image an edit's requests and an image-to-video preset's jobs upload: its asset, installed from the
+    bundle where missing."""
+    if preset.task not in IMAGE_INPUT_TASKS:
         return None
     filenames = assets.filenames()
     if preset.asset not in filenames:
