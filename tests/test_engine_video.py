@@ -1,9 +1,8 @@
-"""The real sglang engine on the tiny Wan2.1 video models, on CPU. One evidence folder of the text-to-video model (a
-warm A/B/B/A campaign under the sequential rule, a profile of each arm, the trace analysis) read by every test: cells
-judged on the decoded video (frames, size), `verify`, `judge_run` on a cell and the hotspots of its profile trace;
-and an image-to-video run whose input image (an asset the bundle ships, installed without --fetch-assets) reaches the
-engine's image encoder. The CPU adapter's gaps on record (0.5.23: b7 for Wan's blocks; 0.5.10.post1: the same gaps as
-FLUX, its Wan blocks call no sgl-kernel CPU op). Both releases."""
+"""The real sglang engine on the tiny Wan2.1 text-to-video model, on CPU. One evidence folder (a warm A/B/B/A campaign
+under the sequential rule, a profile of each arm, the trace analysis) read by every test: cells judged on the decoded
+video (frames, size), `verify`, `judge_run` on a cell and the hotspots of its profile trace (the image-to-video
+model: test_engine_image_input.py). The CPU adapter's gaps on record (0.5.23: b7 for Wan's blocks; 0.5.10.post1: the
+same gaps as FLUX, its Wan blocks call no sgl-kernel CPU op). Both releases."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import pytest
 
 from conftest import assert_announced_and_summarised, run_script
 from engine_release import DEFAULT_RELEASE, FLUX_GAPS_0510, INSTALLED, OLDER_RELEASE, expects
-from sgl_diffusion_bench.engine import tiny_model
 from sgl_diffusion_bench.judging import output_check
 from pathlib import Path
 
@@ -78,20 +76,3 @@ def test_the_video_profile_trace_has_the_stages_and_denoise_steps_of_a_wan_reque
     steps = ["denoising_step_0", "denoising_step_1"] if INSTALLED == DEFAULT_RELEASE else []
     assert [s["label"] for s in hotspots["steps"]] == steps
     assert hotspots["stages"]["DenoisingStage"]["cpu_us"] > 0 and hotspots["kernels"] == []  # CPU: no GPU kernels
-
-
-def test_the_tiny_image_to_video_model_runs_on_the_bundled_input_image(tmp_path):
-    # an empty work folder, so the bundled image must be installed by the run; the tiny model from the usual cache
-    env = {"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work"), tiny_model.CACHE_ENV: str(tiny_model.default_cache_dir())}
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-wan-i2v-cpu", "--label", "i2v", "--output-dir",
-                     str(tmp_path / "out"), "--json", env=env, timeout=1200)
-    doc = run.document
-    assert run.returncode == 0 and doc["ok"], run.stderr[-3000:]
-    (cell,) = doc["cells"]
-    image = tmp_path / "work" / "inputs" / "diffusion_benchmark" / "figs" / "tiny_input_64.png"
-    assert cell["status"] == "valid" and f"--image-path={image}" in cell["argv"] and image.is_file()
-    decoded = output_check.decode(Path(cell["outputs"][0]["path"]))
-    assert (decoded.kind, decoded.width, decoded.height, decoded.frames) == ("video", 64, 64, 5)
-    engine_log = next((tmp_path / "out").glob("*__warm-e1/engine.log")).read_text()
-    assert "Loaded image_encoder: CLIPVisionModel (sgl-diffusion version)" in engine_log  # the engine's own loader
-    assert WAN_PATCHES <= set(doc["engine"]["adapter"]["applied"])

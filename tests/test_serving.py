@@ -324,6 +324,11 @@ VIDEO_MANIFEST = [  # two shapes and two frame counts of the tiny Wan
      "num_inference_steps": 2, "seed": 42},
     {"request_id": "video-64x32-9f", "prompt": "a boat at sea", "width": 64, "height": 32, "num_frames": 9,
      "num_inference_steps": 2, "seed": 7}]
+I2V_MANIFEST = [  # two sizes of the tiny Wan I2V's video of the bundled image
+    {"request_id": "i2v-64", "prompt": "the disc drifts to the right", "width": 64, "height": 64, "num_frames": 5,
+     "num_inference_steps": 2, "seed": 42},
+    {"request_id": "i2v-64x32", "prompt": "the disc drifts up", "width": 64, "height": 32, "num_frames": 5,
+     "num_inference_steps": 2, "seed": 7}]
 EDIT_MANIFEST = [  # two sizes of the tiny FLUX.2 Klein's edit of the bundled image
     {"request_id": "edit-64", "prompt": "make the disc red", "width": 64, "height": 64, "num_inference_steps": 2,
      "seed": 42},
@@ -357,24 +362,6 @@ def test_a_video_preset_is_served_as_video_jobs_of_mixed_shapes(tmp_path):
     assert "polled every 50 ms" in (tmp_path / "out" / "report.md").read_text()
 
 
-@pytest.mark.engine
-@pytest.mark.torch
-def test_an_image_to_video_preset_uploads_its_input_image_with_every_job(tmp_path):
-    # an empty work folder: the bundled image is installed by the run, then uploaded as input_reference
-    run = run_script("bench_diffusion_serving", "--model", "tiny-wan-i2v-cpu", "--request-rate", "1", "--requests",
-                     "1", "--output-dir", str(tmp_path / "out"), "--json", timeout=900,
-                     env={"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work")})
-    doc = run.document
-    assert run.returncode == 0 and doc["status"] == "valid", run.stderr[-3000:]
-    image = tmp_path / "work" / "inputs" / "diffusion_benchmark" / "figs" / "tiny_input_64.png"
-    assert doc["settings"]["input_image"] == str(image) and image.is_file() and doc["outputs_identical"]
-    (point,) = doc["load_points"]
-    assert all(r["success"] and r["shape"] == "64x64x5f@2steps" for b in point["blocks"] for r in b["requests"])
-    for arm in ("a", "b"):  # the engine read the uploaded copy of that image for every measured job and the warm-up
-        log = (tmp_path / "out" / f"server-{arm}" / "server.log").read_text()
-        assert len(re.findall(r"image_path: \S+/inputs/uploads/\S+_tiny_input_64\.png", log)) == 3
-
-
 def test_a_preset_whose_requests_are_not_images_edits_or_videos_is_refused_before_anything_starts():
     run = run_main("bench_diffusion_serving", "--model", "hunyuan3d-shape", "--request-rate", "1", "--json")
     error = run.document["error"]
@@ -384,27 +371,32 @@ def test_a_preset_whose_requests_are_not_images_edits_or_videos_is_refused_befor
 
 @pytest.mark.engine
 @pytest.mark.torch
-def test_an_edit_preset_uploads_its_input_image_to_the_edits_endpoint_with_every_request(tmp_path):
+@pytest.mark.parametrize("preset, endpoint, lines, shapes", [
+    ("tiny-flux2-edit-cpu", "/v1/images/edits", EDIT_MANIFEST, ["64x64@2steps", "96x64@2steps"]),
+    ("tiny-wan-i2v-cpu", "/v1/videos", I2V_MANIFEST, ["64x32x5f@2steps", "64x64x5f@2steps"])], ids=["edit", "i2v"])
+def test_a_preset_with_an_input_image_uploads_it_with_every_request(tmp_path, preset, endpoint, lines, shapes):
     # two sizes from a request manifest; 0.5.10.post1 ships no manifest parser: the preset's one request there
-    manifest = tmp_path / "edits.jsonl"
-    manifest.write_text("".join(json.dumps(line) + "\n" for line in EDIT_MANIFEST))
+    manifest = tmp_path / "requests.jsonl"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
     given = ["--requests-file", str(manifest)] if INSTALLED == DEFAULT_RELEASE else []
-    shapes = ["64x64@2steps", "96x64@2steps"] if given else ["64x64@2steps"]
+    shapes = shapes if given else [s for s in shapes if s.startswith("64x64")]  # the preset's own size
+    # an empty work folder: the bundled image is installed by the run, then uploaded (an edit's image, a video job's
+    # input_reference)
     env = {"DIFFUSION_BENCH_WORKDIR": str(tmp_path / "work"), tiny_model.CACHE_ENV: str(tiny_model.default_cache_dir())}
-    run = run_script("bench_diffusion_serving", "--model", "tiny-flux2-edit-cpu", "--concurrency", "1", "--requests",
-                     "2", *given, "--output-dir", str(tmp_path / "out"), "--json", timeout=900, env=env)
+    run = run_script("bench_diffusion_serving", "--model", preset, "--concurrency", "1", "--requests", "2", *given,
+                     "--output-dir", str(tmp_path / "out"), "--json", timeout=900, env=env)
     doc = run.document
     assert run.returncode == 0 and doc["status"] == "valid", run.stderr[-3000:]
     image = tmp_path / "work" / "inputs" / "diffusion_benchmark" / "figs" / "tiny_input_64.png"
-    assert doc["settings"]["endpoint"] == "/v1/images/edits" and doc["settings"]["input_image"] == str(image)
+    assert doc["settings"]["endpoint"] == endpoint and doc["settings"]["input_image"] == str(image)
     (point,) = doc["load_points"]
     assert [s["shape"] for s in point["shapes"]] == shapes
     requests = [r for b in point["blocks"] for r in b["requests"]]
     assert all(r["success"] and r["output_sha256"] for r in requests) and doc["outputs_identical"]
-    assert len({r["output_sha256"] for r in requests}) == len(shapes)  # one edit per size, the same in every block
+    assert len({r["output_sha256"] for r in requests}) == len(shapes)  # one output per size, the same in every block
     for arm in ("A", "B"):  # the engine read the uploaded copy of the image for every request, warm-ups included
         log = (tmp_path / "out" / f"server-{arm.lower()}" / "server.log").read_text()
-        uploads = re.findall(r"image_path: \['(?:\S+/)?inputs/uploads/\S+_tiny_input_64\.png'\]", log)
+        uploads = re.findall(r"image_path: \S*inputs/uploads/\S+_tiny_input_64\.png", log)
         sent = sum(len(b["requests"]) for b in point["blocks"] if b["arm"] == arm)
         assert len(uploads) == sent + len(shapes), log[-3000:]  # a warm-up of each shape
 
