@@ -4,7 +4,8 @@ requests in flight, sent over HTTP to a server with aiohttp, one result per requ
 The trace is built once per load point and replayed unchanged against every block of both arms: the same arrival
 times and the same requests in the same order. The request body and the success rule follow the engine's own
 ``bench_serving``: an image (``async_request_image_sglang``: POST /v1/images/generations, HTTP 200 with outputs =
-success; the latency is the client's, from send to the parsed response) or a video (``async_request_video_sglang``:
+success; the latency is the client's, from send to the parsed response), an image edit (the same, as a multipart
+form to POST /v1/images/edits with the input image) or a video (``async_request_video_sglang``:
 POST /v1/videos makes a job, polled at GET /v1/videos/<id> until it is completed (success) or failed; the latency
 runs from the POST to the poll that sees it completed, so it is at most VIDEO_POLL_S late, where the engine's own
 client polls once a second). A completed video's bytes are fetched after its latency is taken, for output identity.
