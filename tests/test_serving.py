@@ -7,6 +7,9 @@ any server starts."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import hashlib
 import json
 import re
 import signal
@@ -409,8 +412,39 @@ def test_a_video_request_carries_its_frames_in_its_shape_and_its_job_body():
                                     "num_frames": 9, "fps": 8, "seed": 7, "num_inference_steps": 2}
 
 
+@contextlib.contextmanager
+def _http_server(routes: list):
+    """A real HTTP server (aiohttp) serving ``routes`` on its own event loop, in a thread (the client is the
+    product's, in this one); its base URL."""
+    from aiohttp import web
+
+    port, ready, stop = engine_process.free_port(), threading.Event(), threading.Event()
+
+    def serve() -> None:
+        async def main():
+            app = web.Application()
+            app.add_routes(routes)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.02)
+            await runner.cleanup()
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 def test_a_video_job_that_fails_or_never_gets_an_id_is_a_failed_request_naming_why():
-    """A real HTTP server (aiohttp) answering as sglang's video API does when a job fails."""
+    """A server answering as sglang's video API does when a job fails."""
     from aiohttp import web
     from sgl_diffusion_bench.engine.request_manifest import RequestSpec
     from sgl_diffusion_bench.serving import load
@@ -426,31 +460,10 @@ def test_a_video_job_that_fails_or_never_gets_an_id_is_a_failed_request_naming_w
         return web.json_response({"status": "failed", "error": {"message": "out of memory"}} if len(polls) > 1
                                  else {"status": "processing"})
 
-    port, ready, stop = engine_process.free_port(), threading.Event(), threading.Event()
-
-    def serve() -> None:  # the server on its own event loop, in a thread; the client is the product's, in this one
-        async def main():
-            app = web.Application()
-            app.add_routes([web.post("/v1/videos", create), web.get("/v1/videos/{job}", status)])
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            ready.set()
-            while not stop.is_set():
-                await asyncio.sleep(0.02)
-            await runner.cleanup()
-        asyncio.run(main())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(10)
     specs = [RequestSpec(name, name, 64, 64, {"num_frames": 5}) for name in ("fails", "no-id")]
-    try:
-        (failed, no_id), _ = load.run_trace(f"http://127.0.0.1:{port}", load.Trace(
-            load.LoadPoint("concurrency", 1), (0, 1), None, 0), specs, endpoint=load.VIDEOS)
-    finally:
-        stop.set()
-        thread.join(10)
+    with _http_server([web.post("/v1/videos", create), web.get("/v1/videos/{job}", status)]) as url:
+        (failed, no_id), _ = load.run_trace(url, load.Trace(load.LoadPoint("concurrency", 1), (0, 1), None, 0), specs,
+                                            endpoint=load.VIDEOS)
     assert not failed.success and "job failed" in failed.error and "out of memory" in failed.error
     assert polls == ["job-1", "job-1"] and failed.latency >= load.VIDEO_POLL_S  # polled until it failed
     assert not no_id.success and no_id.error == "HTTP 200 without a job id" and no_id.output_sha256 is None
@@ -518,3 +531,29 @@ def test_block_figures_follow_bench_serving():
     assert figures["throughput_qps"] == 2.0 and figures["latency_p50"] == pytest.approx(0.25)
     assert figures["latency_p99"] == pytest.approx(0.397) and figures["latency_mean"] == pytest.approx(0.25)
     assert figures["slo_met_success"] == 2 and figures["slo_attainment_rate"] == 0.4 and figures["goodput_qps"] == 1.0
+
+
+def test_an_edit_is_a_multipart_form_of_the_image_requests_fields_and_the_input_image(tmp_path):
+    """A server answering as sglang's /v1/images/edits does: what it receives is the image request's fields, each as
+    a form field, and the input image as the file ``image``."""
+    from aiohttp import web
+    from sgl_diffusion_bench.engine.request_manifest import RequestSpec
+    from sgl_diffusion_bench.serving import load
+
+    received = {}
+
+    async def edits(request):
+        form = await request.post()
+        received.update({k: (v.filename, v.file.read()) if hasattr(v, "file") else v for k, v in form.items()})
+        return web.json_response({"data": [{"b64_json": base64.b64encode(b"edited").decode()}]})
+
+    image = tmp_path / "input.png"
+    image.write_bytes(b"\x89PNG not really")
+    spec = RequestSpec("edit-1", "make the disc red", 64, 32, {"seed": 7, "num_inference_steps": 2})
+    with _http_server([web.post("/v1/images/edits", edits)]) as url:
+        (result,), _ = load.run_trace(url, load.Trace(load.LoadPoint("concurrency", 1), (0,), None, 0), [spec],
+                                      endpoint=load.EDITS, image=image)
+    assert result.success and result.output_sha256 == hashlib.sha256(b"edited").hexdigest()
+    assert received.pop("image") == ("input.png", b"\x89PNG not really")
+    assert received == {k: str(v) for k, v in spec.payload().items()}
+    assert received["size"] == "64x32" and received["response_format"] == "b64_json" and received["seed"] == "7"
