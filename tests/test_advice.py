@@ -101,8 +101,9 @@ REPORTS = sorted(p for p in TEST_FIXTURES.rglob("*.json") if '"schema": "bench-r
 def test_the_next_step_of_every_kept_evidence_folder_parses(folder):
     steps = [line for line in (folder / "EVIDENCE.md").read_text().splitlines() if line.startswith("- Next step:")]
     assert steps, "a kept folder without a verdict states its next step"
-    for line in steps:
-        assert "--budget-requests" in parses(advice.EVIDENCE, line)
+    for line in steps:  # more rounds, bought with the evidence command's own flag; or a quieter host, no flag
+        flags = parses(advice.EVIDENCE, line)
+        assert "--budget-requests" in flags or (flags == [] and "quiet the host" in line), line
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.parent.name + "/" + p.name)

@@ -22,7 +22,8 @@ STANDIN_ERA = {"gpu-h200-0.5.10/cell-a-r01p01.engine.log", "gpu-h200-0.5.10/prof
                *(f"gpu-h200-0.5.23/{name}" for name in (
                    "bcg-capture-failed", "campaign", "direct-pair", "evidence-at-launch", "evidence-at-launch-run.err",
                    "evidence-at-launch-verified", "evidence-folder", "evidence-run.err", "profile-pair",
-                   "reference-at-launch", "reference-same-boot", "serving", "warm-vs-cold", "wan-t2v-no-cutlass"))}
+                   "reference-at-launch", "reference-same-boot", "serving", "warm-vs-cold", "wan-t2v-no-cutlass")),
+               "gpu-h100-0.5.23/flux2-edit-evidence", "gpu-h100-0.5.23/wan-t2v-evidence"}
 
 
 def _standins(path: Path) -> tuple[str, ...]:
