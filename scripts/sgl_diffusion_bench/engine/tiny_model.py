@@ -187,10 +187,18 @@ def _t5_tokenizer():
     return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=512)
 
 
+def _flux_scheduler():
+    """The flow-matching scheduler FLUX.1 and FLUX.2 ship (dynamic shift by image size)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    return FlowMatchEulerDiscreteScheduler(
+        base_image_seq_len=256, base_shift=0.5, max_image_seq_len=4096, max_shift=1.15, shift=3.0,
+        use_dynamic_shifting=True)
+
+
 def build_tiny_flux(out_dir: Path) -> None:
     """Write the pipeline into ``out_dir`` (existing, empty); every component seeded so rebuilds are identical."""
     import torch
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from diffusers import AutoencoderKL, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     tokenizer, tokenizer_2 = _clip_tokenizer(), _t5_tokenizer()
@@ -212,9 +220,7 @@ def build_tiny_flux(out_dir: Path) -> None:
         up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 8, 8, 8), layers_per_block=1,
         latent_channels=LATENT_CHANNELS, norm_num_groups=4, sample_size=32, scaling_factor=0.3611,
         shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False)
-    scheduler = FlowMatchEulerDiscreteScheduler(
-        base_image_seq_len=256, base_shift=0.5, max_image_seq_len=4096, max_shift=1.15, shift=3.0,
-        use_dynamic_shifting=True)
+    scheduler = _flux_scheduler()
     pipeline = FluxPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
                             text_encoder_2=text_encoder_2, tokenizer_2=tokenizer_2, transformer=transformer)
     pipeline.save_pretrained(out_dir)
@@ -235,8 +241,7 @@ def build_tiny_flux2_klein(out_dir: Path) -> None:
     the FLUX.2 VAE (its batch-norm latent statistics). Given an input image, the engine encodes it with the VAE and
     the transformer attends to its latents beside the noise: an image edit."""
     import torch
-    from diffusers import (AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline,
-                           Flux2Transformer2DModel)
+    from diffusers import AutoencoderKLFlux2, Flux2KleinPipeline, Flux2Transformer2DModel
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = _qwen3_tokenizer()
@@ -254,9 +259,7 @@ def build_tiny_flux2_klein(out_dir: Path) -> None:
     torch.manual_seed(2)
     vae = AutoencoderKLFlux2(block_out_channels=(8, 8, 8, 8), layers_per_block=1, latent_channels=LATENT_CHANNELS,
                              norm_num_groups=4, sample_size=32, use_quant_conv=False, use_post_quant_conv=False)
-    scheduler = FlowMatchEulerDiscreteScheduler(
-        base_image_seq_len=256, base_shift=0.5, max_image_seq_len=4096, max_shift=1.15, shift=3.0,
-        use_dynamic_shifting=True)
+    scheduler = _flux_scheduler()
     Flux2KleinPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
                        transformer=transformer, is_distilled=True).save_pretrained(out_dir)
 
