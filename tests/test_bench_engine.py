@@ -144,9 +144,11 @@ def test_sigint_mid_campaign_leaves_a_partial_valid_report(tmp_path, mode, inter
     assert leftovers == []
 
 
+PROFILE = ("profile_diffusion", "--model", "tiny-flux-cpu", "--all-stages")  # the docs' CPU profile (test_docs.py)
+
+
 def test_profile_run_on_the_real_engine_lists_its_trace_and_no_timings(tmp_path):
-    run = run_script("profile_diffusion", "--model", "tiny-flux-cpu", "--label", "prof", "--all-stages",
-                     "--output-dir", str(tmp_path), "--json", timeout=900)
+    run = run_script(*PROFILE, "--label", "prof", "--output-dir", str(tmp_path), "--json", timeout=900)
     doc = run.document
     assert run.returncode == 0 and doc["status"] == "valid", doc["reasons"]
     assert doc["timings_are_benchmark_numbers"] is False and "e2e_ms" not in json.dumps(doc)

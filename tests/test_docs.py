@@ -12,6 +12,9 @@ Conventions:
   (PLACEHOLDERS). A block uses no other variable unless it sets it itself or gives it a default (`${X:-...}`);
 - `KEY=VALUE` words are what a `run` block's JSON output must show, beyond exit 0 (EXPECTATIONS): e.g.
   `change=regressed` (its bench-report.v1 verdict says arm B is slower, its interval above the threshold);
+- `same-as=MODULE.NAME` on a parse-only block: an engine test runs that request already (MODULE.NAME is its argv,
+  the script's name first), so the block is not run a second time; each of its runs of that script must give only
+  options the test gives, value for value (where the output goes and what it is called aside);
 - a doc command is a user command: nothing from the test suite or the team's reference folder, no test code;
 - a field reference is written `<schema-id>:<path>` in backticks (`env.v1:problems[].code`) and must resolve.
 """
@@ -74,6 +77,8 @@ EXPECTATIONS = {
     "change": lambda doc, value: doc["summary"]["comparison"]["verdict"] == value,
 }
 EXPECTED: dict[tuple[Path, str], dict[str, str]] = {}
+SAME_AS: dict[tuple[Path, str], str] = {}  # a parse-only block's `same-as=` word: the engine test that runs it
+USER_NAMED = {"--label", "--out", "--output-dir", "--folder", "--json"}  # where the output goes, what it is called
 
 
 def blocks(doc: Path, lang: str = "bash"):
@@ -82,7 +87,10 @@ def blocks(doc: Path, lang: str = "bash"):
         if match["lang"] == lang:
             line = text[: match.start()].count("\n") + 1
             words = (match["marker"] or "").split()
-            EXPECTED[(doc, match["body"])] = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            pairs = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            if "same-as" in pairs:
+                SAME_AS[(doc, match["body"])] = pairs.pop("same-as")
+            EXPECTED[(doc, match["body"])] = pairs
             lanes = [LANES[w] for w in words[1:] if w in LANES]
             yield pytest.param(doc, words[0] if words else None, tuple(w for w in words[1:] if w.isupper()),
                                match["body"], id=f"{doc.relative_to(REPO)}:{line}", marks=lanes)
@@ -253,22 +261,51 @@ def test_every_field_reference_exists_in_its_schema(doc):
             "SKILL.md names each schema once, in its table: write the field's path alone"
 
 
-def test_the_skills_cpu_evidence_run_is_the_request_the_engine_tests_run():
-    """SKILL.md opens with a CPU evidence run: five minutes as a doc test, and tests/test_evidence_engine.py runs the
-    same request already (killed, resumed, verified). So the block is parse-only and its options are checked here
-    to be that test's own, value for value."""
-    import test_evidence_engine
+def _option_pairs(argv) -> set[tuple[str, str | None]]:
+    """(option, value) of an argv, a repo-relative path value made absolute; user-named options left out."""
+    pairs = set()
+    for i, word in enumerate(argv):
+        if word.startswith("--") and word not in USER_NAMED:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+            pairs.add((word, str(REPO / value) if value and (REPO / value).exists() else value))
+    return pairs
 
-    body = next(p.values[3] for p in ALL_BLOCKS if p.values[0].name == "SKILL.md" and "tiny-flux-cpu" in p.values[3]
-                and "collect_pr_evidence.py run" in p.values[3])
-    commands = [args for name, args in _script_commands(body) if name == "collect_pr_evidence"]
-    assert [args[0] for args in commands] == ["run", "verify"]
-    run = commands[0]
-    options = [(run[i], run[i + 1]) for i in range(1, len(run) - 1) if run[i].startswith("--")
-               and run[i] not in ("--out", "--json")]
-    request = test_evidence_engine.REQUEST
-    pairs = {(request[i], request[i + 1]) for i in range(len(request) - 1)}
-    assert options and set(options) <= pairs, (options, request)
+
+def _runs_of(body: str, script: str, subcommand: str | None) -> list[list[str]]:
+    """The block's commands that run ``script`` (its ``subcommand``), plans (``--dry-run``) left out."""
+    runs = [args for name, args in _script_commands(body) if name == script and "--dry-run" not in args]
+    return [args for args in runs if subcommand is None or args[:1] == [subcommand]]
+
+
+SAME_AS_BLOCKS = [p for p in ALL_BLOCKS if (p.values[0], p.values[3]) in SAME_AS]
+
+
+@pytest.mark.parametrize("doc, mode, placeholders, body", SAME_AS_BLOCKS)
+def test_a_block_an_engine_test_runs_is_that_tests_request(doc, mode, placeholders, body):
+    """A CPU block that an engine test already runs (killed, resumed, verified, reproduced ...) is parse-only, so the
+    engine lane does not run the same request twice; its options are the test's own, value for value."""
+    assert mode == "parse-only", "a block an engine test runs is parse-only"
+    module_name, name = SAME_AS[(doc, body)].split(".")
+    request = list(getattr(importlib.import_module(module_name), name))
+    script, rest = request[0], request[1:]
+    subcommand = rest[0] if rest and not rest[0].startswith("--") else None
+    runs = _runs_of(body, script, subcommand)
+    assert runs, f"the block runs no {script} {subcommand or ''}"
+    for args in runs:
+        extra = _option_pairs(args) - _option_pairs(rest)
+        assert not extra, f"{module_name}.{name} does not give {sorted(extra, key=str)}"
+
+
+def test_a_block_that_adds_an_option_the_engine_test_lacks_is_caught():
+    manifest = "scripts/sgl_diffusion_bench/data/sample_requests.jsonl"
+    test_request = ["--model", "tiny-flux-cpu", "--requests-file", str(REPO / manifest)]
+    same = ["--model", "tiny-flux-cpu", "--label", "mine", "--json", "--requests-file", manifest]
+    assert _option_pairs(same) <= _option_pairs(test_request)
+    assert _option_pairs(["--model", "tiny-flux-cpu", "--rounds", "3"]) - _option_pairs(test_request) == \
+        {("--rounds", "3")}
+    assert _runs_of("python3 scripts/profile_diffusion.py --model m --dry-run --json\n"
+                    "python3 scripts/profile_diffusion.py --model m --json\n", "profile_diffusion", None) == \
+        [["--model", "m", "--json"]]
 
 
 def test_a_field_table_row_is_checked_against_its_schema():

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.engine
 # --engine-overlap early: both engines launch together, sized by the weights on disk (auto does so on a GPU only)
 REQUEST = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info", "--budget-requests", "8",
            "--engine-overlap", "early")
+RUN = ("collect_pr_evidence", "run", *REQUEST)  # SKILL.md's CPU evidence block is this request (test_docs.py)
 
 
 def _manifest(folder: Path) -> dict:

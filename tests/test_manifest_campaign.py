@@ -20,6 +20,8 @@ from sgl_diffusion_bench.judging.cell import Cell
 SAMPLE = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
 LINES = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
 VERDICTS = {"improved", "regressed", "no_significant_change", "insufficient_data", "outputs_differ"}
+RUN = ("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "2",  # the doc's example
+       "--requests-file", str(SAMPLE), "--engine", "warm", "--report")
 
 
 def _steps(line: dict) -> int:
@@ -29,9 +31,7 @@ def _steps(line: dict) -> int:
 @pytest.fixture(scope="module")
 def manifest_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("manifest")
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--campaign", "aa", "--rounds", "2",
-                     "--requests-file", str(SAMPLE), "--engine", "warm", "--label", "mf", "--output-dir", str(out),
-                     "--report", "--json", timeout=1800)
+    run = run_script(*RUN, "--label", "mf", "--output-dir", str(out), "--json", timeout=1800)
     assert run.returncode == 0 and run.document["ok"], run.stderr[-3000:]
     return run
 

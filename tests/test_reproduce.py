@@ -21,11 +21,11 @@ from sgl_diffusion_bench.engine import adapter_record
 from test_engine_cpu_0523 import STAGES
 
 pytestmark = pytest.mark.engine
+RUN = ("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--report")  # the docs' CPU single run (test_docs.py)
 
 
 def test_the_reproduce_block_reruns_the_cell(tmp_path):
-    run = run_script("bench_diffusion_denoise", "--model", "tiny-flux-cpu", "--label", "repro", "--output-dir",
-                     str(tmp_path), "--report", "--json", timeout=1800)
+    run = run_script(*RUN, "--label", "repro", "--output-dir", str(tmp_path), "--json", timeout=1800)
     doc = run.document
     assert run.returncode == 0, run.stderr[-3000:]
     caches = doc["plan"]["caches"]
