@@ -27,9 +27,9 @@ DIFFUSION_BENCH_CPU_ADAPTER_DISABLE=b5,b6 or =all; sglang claims every SGL_* and
   b7  sgl-kernel's CPU ops (torch.ops.sgl_kernel.*_cpu) the scale-shift modulation and norm-scale-shift layers call,
       when no sgl-kernel is installed: the engine's own torch fallback / native code instead, uncompiled (Wan's blocks)
 Two patches fill no gap; they save CPU time, on CPU only (a GPU forbids forking once CUDA is up):
-  fork  in offline generation the scheduler worker forks from the CLI, which has already imported sglang, instead of
-        spawning a fresh interpreter that imports it again (about 40 % of an engine start's CPU time); the worker runs
-        the same code. A server (``sglang serve``) keeps spawning its workers.
+  fork  the scheduler worker forks from the CLI (``sglang generate`` or ``sglang serve``), which has already imported
+        sglang, instead of spawning a fresh interpreter that imports it again (about 40 % of an engine start's CPU
+        time); the worker runs the same code.
   gc    the cyclic garbage collector stays off while sglang imports, until its entry module has loaded (about a
         quarter of the import's CPU time; _pause_gc says what it costs)
 """
@@ -241,9 +241,10 @@ def _lazy_norm_layers(hooks: "_Hooks", module: Any) -> None:
 
 
 def _fork_workers(module: Any, hooks: "_Hooks") -> None:
-    """``launch_server`` starts the scheduler workers with ``mp.get_context("spawn")``: for offline generation
-    (``sglang generate``, ``DiffGenerator``) its ``mp`` becomes multiprocessing with spawn read as fork. A server
-    (``sglang serve``) keeps spawning: its process runs an HTTP server and a scheduler client, nothing to fork."""
+    """``launch_server`` starts the scheduler workers with ``mp.get_context("spawn")``: while it runs, its ``mp``
+    becomes multiprocessing with spawn read as fork, for offline generation (``sglang generate``, ``DiffGenerator``)
+    and for a server (``sglang serve``) alike. The workers start before the server's HTTP side and before any
+    request, so the child copies an interpreter that has imported sglang and started nothing else."""
     import multiprocessing
     import types
     launch = getattr(module, "launch_server", None)
@@ -256,17 +257,13 @@ def _fork_workers(module: Any, hooks: "_Hooks") -> None:
     forking = types.SimpleNamespace(**{**vars(multiprocessing), "get_context": get_context})
 
     def launch_server(server_args: Any, launch_http_server: bool = True) -> Any:
-        if launch_http_server:
-            _report("fork", "not-needed", "a server's workers spawn, as the engine does (only offline generation "
-                                          "forks them)")
-            return launch(server_args, launch_http_server)
         if "fork" not in hooks.applied:
             hooks.applied.add("fork")
             _report("fork", "applied", "the scheduler worker forks from this process, which has imported sglang, "
                                        "instead of spawning an interpreter that imports it again")
         module.mp = forking  # read by the worker start when it runs: only this call forks
         try:
-            return launch(server_args, launch_http_server=False)
+            return launch(server_args, launch_http_server)
         finally:
             module.mp = multiprocessing
     module.launch_server = launch_server
