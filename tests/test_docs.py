@@ -262,12 +262,17 @@ def test_every_field_reference_exists_in_its_schema(doc):
 
 
 def _option_pairs(argv) -> set[tuple[str, str | None]]:
-    """(option, value) of an argv, a repo-relative path value made absolute; user-named options left out."""
-    pairs = set()
-    for i, word in enumerate(argv):
-        if word.startswith("--") and word not in USER_NAMED:
-            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
-            pairs.add((word, str(REPO / value) if value and (REPO / value).exists() else value))
+    """(option, value) of an argv (`--x=v`, or `--x v` where v is no option or a quoted string of several words, as
+    `--candidate-args '--log-level info'`), a repo-relative path value made absolute; user-named options left out."""
+    pairs, words = set(), list(argv)
+    while words:
+        option, _, value = words.pop(0).partition("=")
+        if not option.startswith("--"):
+            continue
+        if not value and words and (not words[0].startswith("--") or " " in words[0]):
+            value = words.pop(0)
+        if option not in USER_NAMED:
+            pairs.add((option, str(REPO / value) if value and (REPO / value).exists() else value or None))
     return pairs
 
 
@@ -303,6 +308,8 @@ def test_a_block_that_adds_an_option_the_engine_test_lacks_is_caught():
     assert _option_pairs(same) <= _option_pairs(test_request)
     assert _option_pairs(["--model", "tiny-flux-cpu", "--rounds", "3"]) - _option_pairs(test_request) == \
         {("--rounds", "3")}
+    assert _option_pairs(["--candidate-args", "--log-level info", "--arm-b-args=--x 1", "--report"]) == \
+        {("--candidate-args", "--log-level info"), ("--arm-b-args", "--x 1"), ("--report", None)}
     assert _runs_of("python3 scripts/profile_diffusion.py --model m --dry-run --json\n"
                     "python3 scripts/profile_diffusion.py --model m --json\n", "profile_diffusion", None) == \
         [["--model", "m", "--json"]]
