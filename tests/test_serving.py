@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCRIPTS, assert_announced_and_summarised, run_main, run_script
-from engine_release import DEFAULT_RELEASE, INSTALLED
+from engine_release import DEFAULT_RELEASE, INSTALLED, expects
 from sgl_diffusion_bench import contract, work_dirs
 from sgl_diffusion_bench.engine import engine_process, tiny_model
 from sgl_diffusion_bench.serving import metrics
@@ -31,6 +31,9 @@ from sgl_diffusion_bench.engine.warm_engine import process_group_members
 
 SAMPLE_MANIFEST = SCRIPTS / "sgl_diffusion_bench" / "data" / "sample_requests.jsonl"
 LOAD = ["--model", "tiny-flux-cpu", "--arm-b-args=--batching-max-size 2"]
+# Arm B turns on dynamic batching, a server flag 0.5.10.post1 lacks (refused there as engine.flag_missing), and the
+# video test sends a request manifest, which 0.5.10.post1 cannot parse: those tests are for 0.5.23.
+ON_0523_ONLY = expects(DEFAULT_RELEASE)
 
 
 def _gone(pgid: int, within_s: float = 20.0) -> bool:
@@ -53,6 +56,7 @@ def serving_run(tmp_path_factory):
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_serving_ab_report_from_real_requests(serving_run):
     run, out = serving_run
     assert run.returncode == 0, run.stderr[-3000:]
@@ -189,6 +193,7 @@ def _nothing_left(servers: list[tuple[int, int]], within_s: float = 20.0) -> lis
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_ctrl_c_stops_both_servers(tmp_path):
     proc, pgids = _start_cli(tmp_path, schedulers=False)
     proc.send_signal(signal.SIGINT)
@@ -200,6 +205,7 @@ def test_ctrl_c_stops_both_servers(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_killed_client_takes_its_servers_with_it(tmp_path):
     proc, pgids = _start_cli(tmp_path, schedulers=True)  # the scheduler is no child of ours: the watchdog's part
     proc.kill()
@@ -209,6 +215,7 @@ def test_killed_client_takes_its_servers_with_it(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_ctrl_c_during_the_load_phase_stops_both_servers_and_keeps_the_measured_requests(tmp_path):
     proc, servers, requests_log = _in_load_phase(tmp_path)
     proc.send_signal(signal.SIGINT)
@@ -229,6 +236,7 @@ def test_ctrl_c_during_the_load_phase_stops_both_servers_and_keeps_the_measured_
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_killed_client_during_the_load_phase_takes_its_servers_with_it(tmp_path):
     proc, servers, _ = _in_load_phase(tmp_path)
     proc.kill()
@@ -238,6 +246,7 @@ def test_killed_client_during_the_load_phase_takes_its_servers_with_it(tmp_path)
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_server_never_healthy_is_an_error(tmp_path):
     run = run_script("bench_diffusion_serving", *LOAD, "--request-rate", "1", "--startup-timeout-s", "3",
                      "--output-dir", str(tmp_path / "run"), "--json", timeout=120)
@@ -250,6 +259,7 @@ def test_server_never_healthy_is_an_error(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_server_that_exits_is_an_error_with_its_log_tail(tmp_path):
     run = run_script("bench_diffusion_serving", "--model", "tiny-flux-cpu", "--arm-a-args=--batching-max-size 0",
                      "--request-rate", "1", "--output-dir", str(tmp_path / "run"), "--json", timeout=300)
@@ -341,6 +351,7 @@ EDIT_MANIFEST = [  # two sizes of the tiny FLUX.2 Klein's edit of the bundled im
 
 @pytest.mark.engine
 @pytest.mark.torch
+@ON_0523_ONLY
 def test_a_video_preset_is_served_as_video_jobs_of_mixed_shapes(tmp_path):
     manifest = tmp_path / "video.jsonl"
     manifest.write_text("".join(json.dumps(line) + "\n" for line in VIDEO_MANIFEST))
