@@ -23,6 +23,9 @@ SCRIPTS = REPO / "scripts"
 collect_ignore = ["fixtures"]
 TEST_FIXTURES = REPO / "tests" / "fixtures"
 HF_TOKEN_CANARY = "hf_CANARYtokenValue0123456789abcdef"
+# The CPU evidence request of every tiny model's evidence-folder test (SKILL.md's CPU example is it on tiny-flux-cpu):
+# a candidate that only raises the log level, two A/B/B/A rounds, both engines loading at once.
+CPU_EVIDENCE_OPTIONS = ("--candidate-args", "--log-level info", "--budget-requests", "8", "--engine-overlap", "early")
 HF_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{20,}")  # what a real token looks like: kept evidence must hold none
 
 

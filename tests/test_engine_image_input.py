@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_announced_and_summarised, run_script
+from conftest import CPU_EVIDENCE_OPTIONS, assert_announced_and_summarised, run_script
 from engine_release import DEFAULT_RELEASE, INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench.engine import tiny_model
 from sgl_diffusion_bench.judging import output_check
@@ -44,8 +44,7 @@ def evidence(request, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp(kind.preset)
     env = {"DIFFUSION_BENCH_WORKDIR": str(root / "work"), tiny_model.CACHE_ENV: str(tiny_model.default_cache_dir())}
     run = run_script("collect_pr_evidence", "run", "--out", str(root / "out"), "--model", kind.preset,
-                     "--candidate-args", "--log-level info", "--budget-requests", "8", "--engine-overlap", "early",
-                     "--json", env=env, timeout=1500)
+                     *CPU_EVIDENCE_OPTIONS, "--json", env=env, timeout=1500)
     assert run.returncode == 0 and run.document["state"] == "complete", run.stderr[-3000:]
     (report_path,) = (root / "out" / "campaign").glob("*.bench-report.json")
     image = root / "work" / "inputs" / "diffusion_benchmark" / "figs" / "tiny_input_64.png"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import assert_announced_and_summarised, run_script
+from conftest import CPU_EVIDENCE_OPTIONS, assert_announced_and_summarised, run_script
 from engine_release import DEFAULT_RELEASE, FLUX_GAPS_0510, INSTALLED, OLDER_RELEASE, expects
 from sgl_diffusion_bench.judging import output_check
 from pathlib import Path
@@ -25,8 +25,8 @@ AT_IMPORT = {"b0", "gc"}
 @pytest.fixture(scope="module")
 def evidence(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("video-evidence") / "out"
-    run = run_script("collect_pr_evidence", "run", "--out", str(out), "--model", "tiny-wan-t2v-cpu", "--candidate-args",
-                     "--log-level info", "--budget-requests", "8", "--engine-overlap", "early", "--json", timeout=1500)
+    run = run_script("collect_pr_evidence", "run", "--out", str(out), "--model", "tiny-wan-t2v-cpu",
+                     *CPU_EVIDENCE_OPTIONS, "--json", timeout=1500)
     assert run.returncode == 0 and run.document["state"] == "complete", run.stderr[-3000:]
     (report_path,) = (out / "campaign").glob("*.bench-report.json")
     return {"out": out, "run": run, "report": json.loads(report_path.read_text())}

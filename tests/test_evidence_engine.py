@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HF_TOKEN_CANARY, REPO, SCRIPTS, assert_announced_and_summarised, run_script
+from conftest import (CPU_EVIDENCE_OPTIONS, HF_TOKEN_CANARY, REPO, SCRIPTS, assert_announced_and_summarised,
+                      run_script)
 
 pytestmark = pytest.mark.engine
 
 # --engine-overlap early: both engines launch together, sized by the weights on disk (auto does so on a GPU only)
-REQUEST = ("--model", "tiny-flux-cpu", "--candidate-args", "--log-level info", "--budget-requests", "8",
-           "--engine-overlap", "early")
+REQUEST = ("--model", "tiny-flux-cpu", *CPU_EVIDENCE_OPTIONS)
 RUN = ("collect_pr_evidence", "run", *REQUEST)  # SKILL.md's CPU evidence block is this request (test_docs.py)
 
 
